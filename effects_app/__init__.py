@@ -1,0 +1,1 @@
+"""The effect ledger and its review queue."""

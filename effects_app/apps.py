@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class EffectsAppConfig(AppConfig):
+    name = "effects_app"

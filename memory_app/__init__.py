@@ -1,0 +1,1 @@
+"""Agent, project and session memory: remember, recall (BM25), commit."""

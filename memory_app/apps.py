@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class MemoryAppConfig(AppConfig):
+    name = "memory_app"

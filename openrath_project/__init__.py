@@ -1,0 +1,1 @@
+"""OpenRath on Django: settings, URLs, entry points, the `flow` facade and tenancy."""

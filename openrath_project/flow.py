@@ -1,0 +1,29 @@
+"""The one import for users: ``from openrath_project import flow``.
+
+Names are re-exported lazily, so importing this module does not need a configured Django until a
+name is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"openrath_project.flow has no attribute {name!r}")
+    module_name, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

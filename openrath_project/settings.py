@@ -1,0 +1,337 @@
+"""Settings, read from the environment (django-environ).
+
+Two profiles:
+
+* ``embedded`` (default): SQLite under ``OPENRATH_DATA_DIR``, in-memory channel layer, local
+  filesystem storage, an in-process worker. Runs with nothing but ``pip install``.
+* ``production``: PostgreSQL, Redis, S3-compatible storage, Celery workers. Refuses to start
+  when a required setting is missing or unsafe (see :mod:`openrath_project.profiles`).
+
+Every setting is documented in ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from openrath_project.profiles import PROFILES, format_refusal, production_problems
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+
+PROFILE = env.str("OPENRATH_PROFILE", default="embedded").strip().lower()
+if PROFILE not in PROFILES:
+    raise ImproperlyConfigured(
+        f"OPENRATH_PROFILE must be one of {', '.join(PROFILES)}; got {PROFILE!r}"
+    )
+PRODUCTION = PROFILE == "production"
+
+if PRODUCTION:
+    _problems = production_problems(os.environ)
+    if _problems:
+        raise ImproperlyConfigured(format_refusal(_problems))
+
+DATA_DIR = Path(env.str("OPENRATH_DATA_DIR", default=str(Path.cwd() / ".openrath"))).resolve()
+
+
+def _embedded_secret_key() -> str:
+    """A per-installation key kept in the data dir, so logins survive restarts."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(64))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env.str("SECRET_KEY", default="") or _embedded_secret_key()
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[] if PRODUCTION else ["localhost", "127.0.0.1"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "openrath_project.tenancy",
+    "sessions_app",
+    "runs_app",
+    "effects_app",
+    "memory_app",
+]
+
+MIDDLEWARE = [
+    "openrath_project.middleware.RequestIdMiddleware",
+    # Outside everything that can answer early (the size limit), so those answers are audited too.
+    "openrath_project.middleware.AuditMiddleware",
+    "openrath_project.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "openrath_project.urls"
+WSGI_APPLICATION = "openrath_project.wsgi.application"
+ASGI_APPLICATION = "openrath_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# DATABASE_URL is honoured in both profiles; it is the *runtime* role (DML only) in production.
+# MIGRATION_DATABASE_URL is the owner role, used only by `openrath-migrate` (alias "migrations").
+
+_default_db_url = f"sqlite:///{DATA_DIR / 'db.sqlite3'}"
+DATABASE_URL = env.str("DATABASE_URL", default="") or _default_db_url
+
+
+def _database(url: str) -> dict[str, Any]:
+    config: dict[str, Any] = environ.Env.db_url_config(url)
+    engine = config["ENGINE"]
+    if engine == "django.db.backends.sqlite3":
+        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        config["OPTIONS"] = {
+            # WAL lets readers proceed while the worker writes; IMMEDIATE takes the write lock at
+            # BEGIN so two writers queue on busy_timeout instead of failing on lock upgrade.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+    elif engine in {"django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis"}:
+        config["ENGINE"] = "django.db.backends.postgresql"
+        # Persistent connections: no per-request or per-step connection set-up.
+        config["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=300)
+        config["CONN_HEALTH_CHECKS"] = True
+        config.setdefault("OPTIONS", {})
+        config["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", 5))
+        config["OPTIONS"].setdefault("application_name", env.str("DATABASE_APP_NAME", "openrath"))
+    return config
+
+
+DATABASES: dict[str, dict[str, Any]] = {"default": _database(DATABASE_URL)}
+MIGRATION_DATABASE_URL = env.str("MIGRATION_DATABASE_URL", default="")
+if MIGRATION_DATABASE_URL:
+    DATABASES["migrations"] = _database(MIGRATION_DATABASE_URL)
+    DATABASES["migrations"]["CONN_MAX_AGE"] = 0
+    DATABASES["migrations"]["TEST"] = {"MIRROR": "default"}
+
+#: The database role the runtime connects as; `openrath-migrate` grants it DML rights.
+RUNTIME_DATABASE_ROLE = urlsplit(DATABASE_URL).username or ""
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth -------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/console/login/"
+LOGIN_REDIRECT_URL = "/console/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files and storage -----------------------------------------------------------------
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
+# Assets installed from a package registry at set-up time (npm), served locally, never a CDN.
+OPENRATH_VENDOR_DIR = Path(env.str("OPENRATH_VENDOR_DIR", default=str(BASE_DIR / "node_modules")))
+STATICFILES_DIRS: list[Any] = []
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves finders; it wants a root
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = False
+
+S3_ENDPOINT_URL = env.str("S3_ENDPOINT_URL", default="")
+S3_BUCKET = env.str("S3_BUCKET", default="")
+S3_REGION = env.str("S3_REGION", default="us-east-1")
+
+STORAGES: dict[str, dict[str, Any]] = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(DATA_DIR / "artifacts")},
+    },
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if not PRODUCTION
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage",
+    },
+}
+if S3_BUCKET:
+    STORAGES["default"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": S3_BUCKET,
+            "endpoint_url": S3_ENDPOINT_URL or None,
+            "access_key": env.str("S3_ACCESS_KEY_ID", default=""),
+            "secret_key": env.str("S3_SECRET_ACCESS_KEY", default=""),
+            "region_name": S3_REGION,
+            "default_acl": None,
+            "file_overwrite": False,
+            "querystring_auth": True,
+            "addressing_style": "path",
+            "signature_version": "s3v4",
+        },
+    }
+
+# --- Redis, Celery, Channels ------------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+
+# The longest a lease may last before the reconciler requeues its run. Celery's visibility
+# timeout must exceed it, so a message is never redelivered while its lease is still valid.
+OPENRATH_LEASE_SECONDS = env.int("OPENRATH_LEASE_SECONDS", default=30)
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, OPENRATH_LEASE_SECONDS * 4)}
+CELERY_TIMEZONE = "UTC"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- API --------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "openrath_project.api.authentication.BearerTokenAuthentication",
+        "openrath_project.api.authentication.ConsoleSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["openrath_project.api.permissions.GrantRequired"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "openrath_project.api.pagination.CursorPage",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "openrath_project.api.schema.OpenRathAutoSchema",
+    "EXCEPTION_HANDLER": "openrath_project.api.exceptions.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "OpenRath on Django API",
+    "DESCRIPTION": (
+        "Durable multi-agent, multi-session LLM workflows. Authenticate with "
+        "`Authorization: Bearer <token>`; every operation states the grant it needs in "
+        '`x-required-grant`. Errors are `{"error": {"code", "message", "details"}}`.'
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "AUTHENTICATION_WHITELIST": ["openrath_project.api.authentication.BearerTokenAuthentication"],
+    "ENUM_NAME_OVERRIDES": {},
+    "DISABLE_ERRORS_AND_WARNINGS": False,
+}
+
+#: Largest request body accepted anywhere (413 beyond it).
+OPENRATH_MAX_REQUEST_BYTES = env.int("OPENRATH_MAX_REQUEST_BYTES", default=2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = OPENRATH_MAX_REQUEST_BYTES
+OPENRATH_MAX_PAGE_SIZE = env.int("OPENRATH_MAX_PAGE_SIZE", default=200)
+
+OPENRATH_WORKFLOW_MODULES = env.list("OPENRATH_WORKFLOW_MODULES", default=[])
+ADMIN_PATH = env.str("OPENRATH_ADMIN_PATH", default="admin/").strip("/") + "/"
+
+# --- Security (production) --------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
+    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # Probes and scrapers reach the pod over plain HTTP inside the cluster.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    if env.bool("SECURE_PROXY_SSL_HEADER", default=True):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SILENCED_SYSTEM_CHECKS = env.list(
+        # W021: HSTS preload is an explicit opt-in (SECURE_HSTS_PRELOAD=true).
+        "SILENCED_SYSTEM_CHECKS",
+        default=[] if env.bool("SECURE_HSTS_PRELOAD", default=False) else ["security.W021"],
+    )
+
+# --- Logging ----------------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_FORMAT = env.str("OPENRATH_LOG_FORMAT", default="json" if PRODUCTION else "text")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"context": {"()": "openrath_project.jsonlog.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "openrath_project.jsonlog.JsonFormatter"},
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [req=%(request_id)s] %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "celery": {"level": "INFO"},
+    },
+}

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from openrath_project.tenancy import services
+from openrath_project.tenancy.management.cli import audit_cli
+from openrath_project.tenancy.models import Membership, Project, Tenant
+
+DEMO_TENANT = "demo"
+DEMO_PROJECT = "demo"
+DEMO_USER = "operator"
+
+
+class Command(BaseCommand):
+    help = (
+        "The embedded quickstart: migrate, create a demo tenant, project, operator login and API "
+        "token (idempotent), print them, then serve the console, admin and API."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-serve", action="store_true", help="set up, print, and exit")
+
+    def _demo_password(self) -> str:
+        """The demo login's password, kept in the data dir so re-runs print the same one."""
+        path = settings.DATA_DIR / "demo-password"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(12))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        tenant = Tenant.objects.filter(slug=DEMO_TENANT).first() or services.tenant_create(
+            slug=DEMO_TENANT, name="Demo"
+        )
+        project = Project.objects.filter(tenant=tenant, slug=DEMO_PROJECT).first()
+        if project is None:
+            project = services.project_create(tenant=tenant, slug=DEMO_PROJECT, name="Demo")
+        password = self._demo_password()
+        user = get_user_model().objects.filter(username=DEMO_USER).first()
+        if user is None:
+            services.user_join_tenant(
+                tenant=tenant, username=DEMO_USER, role="operator", password=password
+            )
+        elif not Membership.objects.filter(user=user, tenant=tenant).exists():
+            services.user_join_tenant(tenant=tenant, username=DEMO_USER, role="operator")
+        token, raw = services.token_create(
+            tenant=tenant, name="quickstart", grants=["*"], projects=[]
+        )
+        audit_cli(
+            action="token.create",
+            tenant=tenant,
+            object_type="token",
+            object_id=token.prefix,
+            details={"grants": token.grants, "via": "quickstart"},
+        )
+        base = f"http://{options['host']}:{options['port']}"
+        lines = [
+            "",
+            f"OpenRath on Django ({settings.PROFILE} profile, data in {settings.DATA_DIR})",
+            f"  console login : {base}/console/  user {DEMO_USER!r}, password {password!r}",
+            f"  admin         : {base}/{settings.ADMIN_PATH}",
+            f"  API docs      : {base}/api/v1/docs/",
+            f"  API token     : {raw}",
+            f"  try           : curl -H 'Authorization: Bearer {raw}' {base}/api/v1/projects/",
+            "",
+        ]
+        self.stdout.write("\n".join(lines))
+        if options["no_serve"]:
+            return
+        call_command("serve", host=options["host"], port=options["port"])

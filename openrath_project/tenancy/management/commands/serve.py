@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Serve HTTP and WebSocket (ASGI, uvicorn) for this profile."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--workers", type=int, default=1)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        import uvicorn
+
+        self.stdout.write(
+            f"serving the {settings.PROFILE} profile on http://{options['host']}:{options['port']}/"
+        )
+        uvicorn.run(
+            "openrath_project.asgi:application",
+            host=options["host"],
+            port=options["port"],
+            workers=options["workers"],
+            log_level="info",
+            proxy_headers=True,
+            lifespan="off",
+        )

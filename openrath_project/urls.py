@@ -1,0 +1,51 @@
+"""URL configuration: health, API v1, OpenAPI, console, admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import include, path
+from django.views import defaults as _defaults
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from openrath_project import health
+from openrath_project.errors import error_body
+from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+
+router = SimpleRouter()
+router.register("projects", ProjectViewSet, basename="project")
+router.register("audit", AuditViewSet, basename="audit")
+
+api_v1 = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    *router.urls,
+]
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", include(api_v1)),
+    path(settings.ADMIN_PATH, admin.site.urls),
+]
+
+
+def _json_or_default(status: int, code: str, message: str, default: Any) -> Any:
+    def handler(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.path.startswith("/api/"):
+            return JsonResponse(error_body(code, message), status=status)
+        return default(request, *args, **kwargs)
+
+    return handler
+
+
+handler400 = _json_or_default(400, "malformed_request", "bad request", _defaults.bad_request)
+handler403 = _json_or_default(
+    403, "permission_denied", "permission denied", _defaults.permission_denied
+)
+handler404 = _json_or_default(404, "not_found", "not found", _defaults.page_not_found)
+handler500 = _json_or_default(500, "server_error", "internal error", _defaults.server_error)

@@ -1,0 +1,1 @@
+"""Durable runs: workflows, plans, runs, events, checkpoints, leases, interrupts, workers."""

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class RunsAppConfig(AppConfig):
+    name = "runs_app"

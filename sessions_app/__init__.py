@@ -1,0 +1,1 @@
+"""Sessions (chunks, lineage, usage), agents, providers, tools, sandbox and streaming."""

@@ -1,0 +1,5 @@
+from django.apps import AppConfig
+
+
+class SessionsAppConfig(AppConfig):
+    name = "sessions_app"
