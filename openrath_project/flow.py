@@ -9,7 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS: dict[str, str] = {}
+_EXPORTS: dict[str, str] = {
+    "Session": "sessions_app.value:Session",
+    "ChunkView": "sessions_app.value:ChunkView",
+    "SummaryResult": "sessions_app.services:SummaryResult",
+}
 
 
 def __getattr__(name: str) -> Any:

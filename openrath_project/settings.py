@@ -275,12 +275,18 @@ SPECTACULAR_SETTINGS = {
     "AUTHENTICATION_WHITELIST": ["openrath_project.api.authentication.BearerTokenAuthentication"],
     "ENUM_NAME_OVERRIDES": {},
     "DISABLE_ERRORS_AND_WARNINGS": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "openrath_project.api.schema.strip_database_integer_bounds",
+    ],
 }
 
 #: Largest request body accepted anywhere (413 beyond it).
 OPENRATH_MAX_REQUEST_BYTES = env.int("OPENRATH_MAX_REQUEST_BYTES", default=2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = OPENRATH_MAX_REQUEST_BYTES
 OPENRATH_MAX_PAGE_SIZE = env.int("OPENRATH_MAX_PAGE_SIZE", default=200)
+#: Largest content of one chunk (413 beyond it).
+OPENRATH_MAX_CHUNK_BYTES = env.int("OPENRATH_MAX_CHUNK_BYTES", default=256 * 1024)
 
 OPENRATH_WORKFLOW_MODULES = env.list("OPENRATH_WORKFLOW_MODULES", default=[])
 ADMIN_PATH = env.str("OPENRATH_ADMIN_PATH", default="admin/").strip("/") + "/"

@@ -15,9 +15,11 @@ from rest_framework.routers import SimpleRouter
 from openrath_project import health
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+from sessions_app.api.views import SessionViewSet
 
 router = SimpleRouter()
 router.register("projects", ProjectViewSet, basename="project")
+router.register("sessions", SessionViewSet, basename="session")
 router.register("audit", AuditViewSet, basename="audit")
 
 api_v1 = [

@@ -1,1 +1,161 @@
-"""Models of this app (filled in by its issue)."""
+"""Sessions: append-only chunk logs with copy-on-write bases, and the lineage graph between them.
+
+A session stores only its *own* chunks. Its logical chunk list is its base's first ``base_len``
+chunks (recursively) followed by its own, so a fork writes one session row and one lineage edge
+and copies nothing. ``Chunk.seq`` is the position in the logical list.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import F, Q
+
+from openrath_project.ids import uuid7
+from openrath_project.tenancy.models import Project, Tenant
+from sessions_app.chunk_rules import KINDS, ROLES, TRUST_LABELS
+
+SESSION_OPS = ("create", "fork", "merge", "detach", "compress", "import")
+EDGE_OPS = ("fork", "merge", "detach", "compress", "import")
+
+
+class Session(models.Model):
+    """A chunk log. Invariant: logical length = ``base_len + own_len``; a base covers
+    ``base_len`` positions, and a session without a base has ``base_len = 0``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="sessions")
+    title = models.CharField(max_length=300, blank=True, default="")
+    #: The operation that produced this session (``create`` for a new root).
+    op = models.CharField(max_length=16, default="create")
+    #: Storage only: where this session's first ``base_len`` chunks live. Not lineage.
+    base = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    base_len = models.PositiveIntegerField(default=0)
+    own_len = models.PositiveIntegerField(default=0)
+    #: Sandbox placement: ``{"backend": "local", "spec": "<workspace>"}`` or ``{}``.
+    placement = models.JSONField(default=dict, blank=True)
+    usage_prompt_tokens = models.BigIntegerField(default=0)
+    usage_completion_tokens = models.BigIntegerField(default=0)
+    usage_total_tokens = models.BigIntegerField(default=0)
+    usage_cost_usd = models.DecimalField(max_digits=20, decimal_places=8, default=Decimal(0))
+    metadata = models.JSONField(default=dict, blank=True)
+    #: Where imported sessions came from (format, original id, file); empty for native ones.
+    provenance = models.JSONField(default=dict, blank=True)
+    #: An imported log that ended without its trailer (a crashed writer).
+    incomplete = models.BooleanField(default=False)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    agent = models.CharField(max_length=200, blank=True, default="")
+    run_id = models.UUIDField(null=True, blank=True)
+    step = models.CharField(max_length=200, blank=True, default="")
+    #: The run (and its lease's fencing token) allowed to append, when a run owns the session.
+    writer_run_id = models.UUIDField(null=True, blank=True)
+    writer_token = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-id",)
+        indexes = [
+            models.Index(fields=("tenant", "project", "-id"), name="session_project_recent"),
+            models.Index(fields=("tenant", "op"), name="session_tenant_op"),
+            models.Index(fields=("run_id",), name="session_run"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(op__in=SESSION_OPS), name="session_op_valid"),
+            models.CheckConstraint(
+                condition=Q(base__isnull=False) | Q(base_len=0), name="session_base_len_needs_base"
+            ),
+            models.CheckConstraint(condition=~Q(base=F("id")), name="session_base_not_self"),
+            models.CheckConstraint(
+                condition=Q(usage_prompt_tokens__gte=0)
+                & Q(usage_completion_tokens__gte=0)
+                & Q(usage_total_tokens__gte=0),
+                name="session_usage_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.op}, {self.length} chunks)"
+
+    @property
+    def length(self) -> int:
+        return self.base_len + self.own_len
+
+    @property
+    def usage(self) -> dict[str, int | float]:
+        return {
+            "prompt_tokens": self.usage_prompt_tokens,
+            "completion_tokens": self.usage_completion_tokens,
+            "total_tokens": self.usage_total_tokens,
+            "cost_usd": float(self.usage_cost_usd),
+        }
+
+
+class Chunk(models.Model):
+    """One entry of a session's log, stored in the session that added it; never changed."""
+
+    ROLE_CHOICES: ClassVar[list[tuple[str, str]]] = [(r, r) for r in ROLES]
+    KIND_CHOICES: ClassVar[list[tuple[str, str]]] = [(k, k) for k in KINDS]
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="own_chunks")
+    #: Position in the logical list of ``session`` (and of every session that forks past it).
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES)
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES, default="message")
+    content = models.JSONField()
+    agent = models.CharField(max_length=200, blank=True, default="")
+    run_id = models.UUIDField(null=True, blank=True)
+    step = models.CharField(max_length=200, blank=True, default="")
+    tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    usage = models.JSONField(null=True, blank=True)
+    trust = models.CharField(max_length=10, default="trusted")
+    #: For chunks a merge copied from a branch: the branch (parent session) they came from.
+    branch = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("session", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=("session", "seq"), name="chunk_seq_unique"),
+            models.CheckConstraint(condition=Q(role__in=ROLES), name="chunk_role_valid"),
+            models.CheckConstraint(condition=Q(kind__in=KINDS), name="chunk_kind_valid"),
+            models.CheckConstraint(condition=Q(trust__in=TRUST_LABELS), name="chunk_trust_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.role}/{self.kind}"
+
+
+class LineageEdge(models.Model):
+    """``child`` was made from ``parent`` by ``op`` when the parent had ``parent_len`` chunks."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    parent = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="child_edges")
+    child = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="parent_edges")
+    op = models.CharField(max_length=16)
+    parent_len = models.PositiveIntegerField()
+    #: Order of the parents of a merge (0 for single-parent ops).
+    position = models.PositiveSmallIntegerField(default=0)
+    agent = models.CharField(max_length=200, blank=True, default="")
+    run_id = models.UUIDField(null=True, blank=True)
+    step = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("child", "position")
+        constraints = [
+            models.UniqueConstraint(fields=("parent", "child"), name="edge_unique"),
+            models.CheckConstraint(condition=~Q(parent=F("child")), name="edge_not_self"),
+            models.CheckConstraint(condition=Q(op__in=EDGE_OPS), name="edge_op_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id} -{self.op}-> {self.child_id}"

@@ -8,6 +8,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 
 from openrath_project.api.serializers import ErrorSerializer
+from openrath_project.api.views import grant_for
 
 ERROR_DESCRIPTIONS = {
     "400": "Invalid input; `details` names the fields.",
@@ -27,9 +28,8 @@ class OpenRathAutoSchema(AutoSchema):
         operation = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
-        grants: dict[str, str] = getattr(self.view, "grants", {})
-        action = getattr(self.view, "action", None)
-        grant = grants.get(action or "") or grants.get(self.method)
+        grant = grant_for(getattr(self.view, "grants", {}), getattr(self.view, "action", None),
+                          self.method)
         if grant:
             operation["x-required-grant"] = grant
             note = f"Required grant: `{grant}`."
@@ -56,3 +56,30 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "bearerFormat": "ort_<prefix>_<secret>"}
+
+
+_DB_INTEGER_BOUNDS = {
+    2**15 - 1, -(2**15), 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 2**63, 2**31, 2**15,
+}
+
+
+def _strip_db_bounds(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in ("maximum", "minimum"):
+                if node.get(key) in _DB_INTEGER_BOUNDS:
+                    del node[key]
+            if node.get("format") in ("int32", "int64"):
+                del node["format"]
+        for value in node.values():
+            _strip_db_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _strip_db_bounds(value)
+
+
+def strip_database_integer_bounds(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Model integer fields carry the *database's* column range (SQLite and PostgreSQL differ);
+    the document must not depend on which database generated it, so those bounds are dropped."""
+    _strip_db_bounds(result)
+    return result

@@ -17,10 +17,20 @@ from openrath_project.api.permissions import resolve_principal
 from openrath_project.tenancy.principal import Principal
 
 
+def grant_for(grants: dict[str, str], action: str | None, method: str) -> str | None:
+    """The grant of an operation: ``"<action>.<METHOD>"``, then the action, then the method."""
+    if action:
+        for key in (f"{action}.{method}", action):
+            if key in grants:
+                return grants[key]
+    return grants.get(method)
+
+
 class ScopedAPIView(GenericAPIView):
     """Base API view. Subclasses set ``grants`` and implement ``scope_queryset``."""
 
-    #: grant needed, by viewset action name or HTTP method (``HEAD`` uses ``GET``'s).
+    #: grant needed, by ``"<action>.<METHOD>"``, viewset action name or HTTP method (``HEAD``
+    #: uses ``GET``'s).
     grants: ClassVar[dict[str, str]] = {}
     #: audit action names by viewset action or HTTP method, e.g. ``{"POST": "project.create"}``.
     audit_actions: ClassVar[dict[str, str]] = {}
@@ -29,11 +39,8 @@ class ScopedAPIView(GenericAPIView):
     queryset: Any = None
 
     def required_grant(self, request: Request) -> str | None:
-        action = getattr(self, "action", None)
-        if action and action in self.grants:
-            return self.grants[action]
         method = "GET" if request.method == "HEAD" else (request.method or "GET")
-        return self.grants.get(method)
+        return grant_for(self.grants, getattr(self, "action", None), method)
 
     @property
     def principal(self) -> Principal:
@@ -49,8 +56,8 @@ class ScopedAPIView(GenericAPIView):
         return self.scope_queryset(self.principal)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        action = getattr(self, "action", None) or ""
-        name = self.audit_actions.get(action) or self.audit_actions.get(request.method or "")
+        method = request.method or "GET"
+        name = grant_for(self.audit_actions, getattr(self, "action", None), method)
         if name or self.audit_object_type:
             audit_note(request, action=name, object_type=self.audit_object_type)
         super().initial(request, *args, **kwargs)

@@ -11,7 +11,24 @@ from openrath_project.tenancy.models import AuditEvent, Project
 class ProjectOut(serializers.ModelSerializer):
     class Meta:
         model = Project
-        fields = ("id", "slug", "name", "created_at")
+        fields: tuple[str, ...] = ("id", "slug", "name", "created_at")
+
+
+class ProjectUsageOut(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField()
+    sessions = serializers.IntegerField()
+
+
+class ProjectDetailOut(ProjectOut):
+    """A project with what its sessions spent (each token counted once)."""
+
+    usage = ProjectUsageOut()
+
+    class Meta(ProjectOut.Meta):
+        fields = (*ProjectOut.Meta.fields, "usage")
 
 
 class ProjectIn(StrictInputSerializer):

@@ -14,9 +14,15 @@ from rest_framework.response import Response
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.errors import PermissionDenied
 from openrath_project.tenancy import selectors, services
-from openrath_project.tenancy.api.serializers import AuditEventOut, ProjectIn, ProjectOut
+from openrath_project.tenancy.api.serializers import (
+    AuditEventOut,
+    ProjectDetailOut,
+    ProjectIn,
+    ProjectOut,
+)
 from openrath_project.tenancy.models import AuditEvent, Project
 from openrath_project.tenancy.principal import Principal
+from sessions_app.selectors import project_usage
 
 
 class ProjectViewSet(
@@ -42,10 +48,13 @@ class ProjectViewSet(
     def scope_queryset(self, principal: Principal) -> QuerySet[Project]:
         return selectors.project_list(principal=principal)
 
-    @extend_schema(summary="Get a project by id or slug")
+    @extend_schema(
+        summary="Get a project by id or slug, with its usage", responses={200: ProjectDetailOut}
+    )
     def retrieve(self, request: Request, pk: str) -> Response:
         project = selectors.project_get(principal=self.principal, ref=pk)
-        return Response(ProjectOut(project).data)
+        project.usage = project_usage(project)  # type: ignore[attr-defined]
+        return Response(ProjectDetailOut(project).data)
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut}, summary="Create a project")
     def create(self, request: Request) -> Response:

@@ -1,0 +1,99 @@
+"""Shared plumbing of the benchmark scripts: a throw-away PostgreSQL database, Django set-up,
+timing statistics and the RESULTS.md writer. Benchmarks only ever target 127.0.0.1."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+DEFAULT_SERVER = "postgres://root@127.0.0.1:5432"
+
+
+def fresh_postgres(name: str, server: str = DEFAULT_SERVER) -> str:
+    """Drop and create database ``name``; returns its URL."""
+    import psycopg
+
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return f"{server}/{name}"
+
+
+def setup_django(database_url: str, data_dir: str | None = None) -> None:
+    """Configure Django on ``database_url`` and migrate it."""
+    sys.path.insert(0, str(REPO))
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault(
+        "OPENRATH_DATA_DIR", data_dir or tempfile.mkdtemp(prefix="openrath-bench-")
+    )
+    os.environ["DJANGO_SETTINGS_MODULE"] = "openrath_project.settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def p99_ms(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))] * 1000
+
+
+def machine_note() -> str:
+    cpus = os.cpu_count()
+    return (
+        f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}; shared, noisy machine"
+    )
+
+
+def write_section(key: str, title: str, body: str, command: str) -> None:
+    """Replace this benchmark's section of RESULTS.md (between its markers)."""
+    start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"{start}\n## {title}\n\n"
+        f"Command: `{command}`  \nDate: {stamp}  \nMachine: {machine_note()}\n\n"
+        f"{body.strip()}\n{end}"
+    )
+    text = (
+        RESULTS.read_text()
+        if RESULTS.exists()
+        else (
+            "# Benchmark results\n\nEach section is rewritten by the script that measured it. "
+            "Figures are medians (and p99 where stated) of repeated runs in one process; compare "
+            "ratios measured in the same run, not absolute times across runs.\n"
+        )
+    )
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        _, after = rest.split(end, 1)
+        text = before + section + after
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    RESULTS.write_text(text)
