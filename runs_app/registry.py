@@ -1,0 +1,234 @@
+"""The workflow registry: names -> (class, compiled plan), filled by discovery or explicitly.
+
+Discovery imports the modules it is given (the caller reads ``OPENRATH_WORKFLOW_MODULES``;
+this module never reads Django settings) and registers every subclass of
+:class:`~runs_app.workflow.Workflow` *defined in* one of those modules (``cls.__module__`` is
+the listed module; classes merely imported there are not picked up, so shared base classes can
+live in a module that is not listed) that declares at least one ``@step`` / ``@router`` method.
+Each is compiled; the name is :func:`~runs_app.workflow.workflow_name` (``name`` or
+``"{module}.{qualname}"``).
+
+A discovery is all-or-nothing: an import failure, a workflow that does not compile or a
+duplicate name raises :class:`RegistryError` and registers nothing from that call.
+
+State lives in :class:`WorkflowRegistry` instances; :data:`default_registry` is the one
+process-wide instance the module-level helpers use. Pure Python: no Django import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TypeVar
+
+from openrath_project.errors import ValidationFailed
+from runs_app.plan import Plan, PlanError, compile_workflow, declared_nodes
+from runs_app.workflow import Workflow, workflow_name
+
+__all__ = [
+    "RegisteredWorkflow",
+    "RegistryError",
+    "UnknownWorkflow",
+    "WorkflowRegistry",
+    "default_registry",
+    "discover",
+    "get",
+    "register",
+]
+
+W = TypeVar("W", bound=type[Workflow])
+
+
+class RegistryError(Exception):
+    """Workflows could not be registered: an import failure, a bad workflow, a duplicate name."""
+
+
+class UnknownWorkflow(ValidationFailed, KeyError):
+    """No workflow is registered under that name (a 400 for API callers, a ``KeyError`` too)."""
+
+    code = "unknown_workflow"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown workflow {name!r}", details={"workflow": name})
+        self.name = name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+@dataclass(frozen=True)
+class RegisteredWorkflow:
+    """A registered workflow: its name, its class and the plan its code compiles to."""
+
+    name: str
+    cls: type[Workflow]
+    plan: Plan
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _has_nodes(cls: type) -> bool:
+    try:
+        return bool(declared_nodes(cls))
+    except PlanError:
+        return True  # let compiling report what is wrong with it
+
+
+class WorkflowRegistry:
+    """Registered workflows by name. Thread-safe; registration is idempotent per class."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workflows: dict[str, RegisteredWorkflow] = {}
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def register(self, cls: type[Workflow]) -> RegisteredWorkflow:
+        """Compile and register ``cls``; registering the same class again is a no-op.
+
+        ``PlanError`` if it does not compile, ``RegistryError`` if its name is taken by another
+        class.
+        """
+        if not (isinstance(cls, type) and issubclass(cls, Workflow)):
+            raise TypeError(f"register() takes a Workflow subclass, got {cls!r}")
+        entry = RegisteredWorkflow(name=workflow_name(cls), cls=cls, plan=compile_workflow(cls))
+        with self._lock:
+            self._check_free([entry])
+            self._workflows.setdefault(entry.name, entry)
+            return self._workflows[entry.name]
+
+    def discover(self, modules: Iterable[str]) -> dict[str, RegisteredWorkflow]:
+        """Import ``modules`` and register their workflows; returns what they define, by name.
+
+        Blank module names are ignored and repeated ones imported once, so a comma-separated
+        setting can be passed through ``str.split(",")`` as is.
+        """
+        names = list(dict.fromkeys(name.strip() for name in modules if name.strip()))
+        found: list[RegisteredWorkflow] = []
+        for module_name in names:
+            module = _import(module_name)
+            for cls in _workflow_classes(module):
+                try:
+                    plan = compile_workflow(cls)
+                except PlanError as exc:
+                    raise RegistryError(
+                        f"workflow {_qualified(cls)} in module {module_name!r} does not "
+                        f"compile: {exc}"
+                    ) from exc
+                found.append(RegisteredWorkflow(name=plan.name, cls=cls, plan=plan))
+        by_name: dict[str, RegisteredWorkflow] = {}
+        for entry in found:
+            other = by_name.get(entry.name)
+            if other is not None:
+                raise RegistryError(_duplicate_message(entry.name, other.cls, entry.cls))
+            by_name[entry.name] = entry
+        with self._lock:
+            self._check_free(found)
+            for entry in found:
+                self._workflows.setdefault(entry.name, entry)
+            return {entry.name: self._workflows[entry.name] for entry in found}
+
+    def _check_free(self, entries: Iterable[RegisteredWorkflow]) -> None:
+        """Refuse names held by another class. Caller holds ``_lock``."""
+        for entry in entries:
+            existing = self._workflows.get(entry.name)
+            if existing is not None and existing.cls is not entry.cls:
+                raise RegistryError(_duplicate_message(entry.name, existing.cls, entry.cls))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._workflows.clear()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, name: str) -> RegisteredWorkflow:
+        """The workflow registered as ``name``; :class:`UnknownWorkflow` if there is none."""
+        with self._lock:
+            entry = self._workflows.get(name)
+            if entry is None:
+                raise UnknownWorkflow(name)
+            return entry
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._workflows)
+
+    def all(self) -> list[RegisteredWorkflow]:
+        """Every registered workflow, sorted by name."""
+        with self._lock:
+            return [self._workflows[name] for name in sorted(self._workflows)]
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._workflows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._workflows)
+
+
+def _duplicate_message(name: str, first: type, second: type) -> str:
+    return (
+        f"duplicate workflow name {name!r}: {_qualified(first)} and {_qualified(second)}; "
+        "give one of them another `name`"
+    )
+
+
+def _import(module_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:  # any failure while importing user code is reported the same way
+        raise RegistryError(
+            f"cannot import workflow module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _workflow_classes(module: ModuleType) -> list[type[Workflow]]:
+    """Workflow subclasses defined in ``module`` with decorated methods, in definition order."""
+    classes: list[type[Workflow]] = []
+    for value in vars(module).values():
+        if (
+            inspect.isclass(value)
+            and issubclass(value, Workflow)
+            and value is not Workflow
+            and value.__module__ == module.__name__
+            and _has_nodes(value)
+        ):
+            classes.append(value)
+    return classes
+
+
+#: The process-wide registry the module-level helpers (and the runtime) use.
+default_registry = WorkflowRegistry()
+
+
+def _or_default(registry: WorkflowRegistry | None) -> WorkflowRegistry:
+    # Not `registry or default_registry`: an empty registry is falsy (it has __len__).
+    return default_registry if registry is None else registry
+
+
+def discover(
+    modules: Iterable[str], *, registry: WorkflowRegistry | None = None
+) -> dict[str, RegisteredWorkflow]:
+    """:meth:`WorkflowRegistry.discover` on ``registry`` (default: :data:`default_registry`)."""
+    return _or_default(registry).discover(modules)
+
+
+def register(cls: W, *, registry: WorkflowRegistry | None = None) -> W:
+    """Register ``cls`` and return it unchanged, so it also works as a class decorator."""
+    _or_default(registry).register(cls)
+    return cls
+
+
+def get(name: str, *, registry: WorkflowRegistry | None = None) -> RegisteredWorkflow:
+    """The workflow registered as ``name``; :class:`UnknownWorkflow` if there is none."""
+    return _or_default(registry).get(name)
