@@ -13,6 +13,16 @@ _EXPORTS: dict[str, str] = {
     "Session": "sessions_app.value:Session",
     "ChunkView": "sessions_app.value:ChunkView",
     "SummaryResult": "sessions_app.services:SummaryResult",
+    "Provider": "sessions_app.providers:make_provider",
+    "tool": "sessions_app.tools:tool",
+    "FlowToolCall": "sessions_app.tools:FlowToolCall",
+    "ToolPolicy": "sessions_app.tools:ToolPolicy",
+    "mcp_tools": "sessions_app.mcp:mcp_tools",
+    "step": "runs_app.authoring:step",
+    "router": "runs_app.authoring:router",
+    "RetryPolicy": "runs_app.authoring:RetryPolicy",
+    "EffectClass": "runs_app.authoring:EffectClass",
+    "Workflow": "runs_app.workflow:Workflow",
 }
 
 
