@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,27 @@ class Fence:
     token: int
 
 
+class DecisionStore(Protocol):
+    """Where routing decisions are remembered so a replay reuses them (a durable run's ledger)."""
+
+    def recall(self, key: str) -> Any | None: ...
+
+    def record(self, key: str, value: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class WriteContext:
     actor: str = "flow"
     agent: str = ""
+    #: The workflow path (``outer/inner``) of the eager workflow being called.
+    workflow: str = ""
     run_id: uuid.UUID | None = None
     step: str = ""
     fence: Fence | None = None
     #: Default project for ``flow.Session`` constructors (a Project instance).
     project: Any = None
+    #: Inside a durable run: recorded decisions (selectors) reused when a step is replayed.
+    decisions: DecisionStore | None = None
 
 
 _current: contextvars.ContextVar[WriteContext] = contextvars.ContextVar(
@@ -46,7 +58,7 @@ def current() -> WriteContext:
 
 @contextmanager
 def writing(**changes: Any) -> Iterator[WriteContext]:
-    """Set context fields (agent, run_id, step, fence, actor, project) for a block."""
+    """Set context fields (agent, workflow, run_id, step, fence, actor, project, decisions)."""
     ctx = replace(_current.get(), **changes)
     token = _current.set(ctx)
     try:

@@ -50,6 +50,8 @@ class Session(models.Model):
     incomplete = models.BooleanField(default=False)
     created_by = models.CharField(max_length=200, blank=True, default="")
     agent = models.CharField(max_length=200, blank=True, default="")
+    #: The workflow path (``outer/inner``) whose code created the session, when one did.
+    workflow = models.CharField(max_length=300, blank=True, default="")
     run_id = models.UUIDField(null=True, blank=True)
     step = models.CharField(max_length=200, blank=True, default="")
     #: The run (and its lease's fencing token) allowed to append, when a run owns the session.
@@ -145,6 +147,7 @@ class LineageEdge(models.Model):
     #: Order of the parents of a merge (0 for single-parent ops).
     position = models.PositiveSmallIntegerField(default=0)
     agent = models.CharField(max_length=200, blank=True, default="")
+    workflow = models.CharField(max_length=300, blank=True, default="")
     run_id = models.UUIDField(null=True, blank=True)
     step = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -47,7 +47,7 @@ class SessionBusy(Conflict):
 
 def _ctx_fields() -> dict[str, Any]:
     ctx = context.current()
-    return {"agent": ctx.agent, "run_id": ctx.run_id, "step": ctx.step}
+    return {"agent": ctx.agent, "workflow": ctx.workflow, "run_id": ctx.run_id, "step": ctx.step}
 
 
 def _stamp(draft: ChunkDraft) -> ChunkDraft:
