@@ -82,7 +82,12 @@ class Workflow:
         )
 
     def __call__(self, session: Any) -> Any:
-        return self.forward(session)
+        """Run ``forward`` tagged with this workflow's call path (``Outer/Inner``): the
+        sessions, edges and chunks written inside record which workflow produced them."""
+        # Imported here: sessions_app.composition imports this module. Both stay free of Django.
+        from sessions_app.composition import workflow_call
+
+        return workflow_call(self, session)
 
     def __repr__(self) -> str:
         entries = self.named_children()
