@@ -1,0 +1,1 @@
+"""Memory API: DRF views and serializers (thin callers of memory_app.services)."""
