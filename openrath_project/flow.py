@@ -23,6 +23,13 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "runs_app.authoring:RetryPolicy",
     "EffectClass": "runs_app.authoring:EffectClass",
     "Workflow": "runs_app.workflow:Workflow",
+    "InterruptRejected": "runs_app.control:InterruptRejected",
+    "Decision": "runs_app.interrupts:Decision",
+    "StepContext": "runs_app.executor:StepContext",
+    "Agent": "sessions_app.agents:Agent",
+    "Selector": "sessions_app.composition:Selector",
+    "SelectorReplayError": "sessions_app.composition:SelectorReplayError",
+    "Compressor": "sessions_app.compressor:Compressor",
 }
 
 

@@ -218,7 +218,22 @@ REDIS_URL = env.str("REDIS_URL", default="")
 # timeout must exceed it, so a message is never redelivered while its lease is still valid.
 OPENRATH_LEASE_SECONDS = env.int("OPENRATH_LEASE_SECONDS", default=30)
 
+#: Where run hints go: "celery" (broker), "local" (in-process worker threads) or "none".
+OPENRATH_DISPATCH = env.str("OPENRATH_DISPATCH", default="celery" if PRODUCTION else "local")
+#: Threads of the embedded in-process worker (started by `manage.py serve`).
+OPENRATH_EMBEDDED_WORKERS = env.int("OPENRATH_EMBEDDED_WORKERS", default=2)
+#: Most queued runs a tenant may have (429 beyond it).
+OPENRATH_MAX_QUEUED_RUNS_PER_TENANT = env.int("OPENRATH_MAX_QUEUED_RUNS_PER_TENANT", default=1000)
+#: Seconds a step gets to stop after its soft timeout before the hard backstop.
+OPENRATH_HARD_TIMEOUT_GRACE = env.float("OPENRATH_HARD_TIMEOUT_GRACE", default=10.0)
+
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_CONNECTION_MAX_RETRIES = 1
+CELERY_TASK_TIME_LIMIT = env.int("OPENRATH_TASK_TIME_LIMIT", default=6 * 3600)
+CELERY_BEAT_SCHEDULE = {
+    "openrath-reconcile": {"task": "runs_app.tasks.reconcile", "schedule": 5.0},
+}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -273,7 +288,13 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "AUTHENTICATION_WHITELIST": ["openrath_project.api.authentication.BearerTokenAuthentication"],
-    "ENUM_NAME_OVERRIDES": {},
+    "ENUM_NAME_OVERRIDES": {
+        "ChunkKindEnum": "sessions_app.chunk_rules.KINDS",
+        "ChunkRoleEnum": "sessions_app.chunk_rules.ROLES",
+        "InterruptKindEnum": "runs_app.models.INTERRUPT_KINDS",
+        "InterruptDecisionEnum": "runs_app.models.DECISIONS",
+        "RunStatusEnum": "runs_app.transitions.STATUSES",
+    },
     "DISABLE_ERRORS_AND_WARNINGS": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

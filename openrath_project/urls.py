@@ -12,15 +12,23 @@ from django.views import defaults as _defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from effects_app.api.views import EffectViewSet
+from memory_app.api.views import MemoryViewSet
 from openrath_project import health
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+from runs_app.api.views import InterruptViewSet, RunViewSet, WorkflowViewSet
 from sessions_app.api.views import SessionViewSet
 
 router = SimpleRouter()
 router.register("projects", ProjectViewSet, basename="project")
 router.register("sessions", SessionViewSet, basename="session")
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("runs", RunViewSet, basename="run")
+router.register("interrupts", InterruptViewSet, basename="interrupt")
+router.register("effects", EffectViewSet, basename="effect")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("memory", MemoryViewSet, basename="memory")
 
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,1 +1,259 @@
-"""Models of this app (filled in by its issue)."""
+"""Durable runs: stored plans, runs with their lease, the append-only event log and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+from openrath_project.ids import uuid7
+from openrath_project.tenancy.models import Project, Tenant
+from runs_app.transitions import STATUSES
+
+
+class WorkflowPlan(models.Model):
+    """A compiled plan, stored once per hash and never updated; runs pin it."""
+
+    hash = models.CharField(max_length=64, primary_key=True)
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=50, default="1")
+    #: ``Plan.to_dict()``: the canonical definition the hash is computed from.
+    definition = models.JSONField()
+    #: ``Plan.graph()``: nodes and edges for the API and the console.
+    graph = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("name", "-created_at")
+        indexes = [models.Index(fields=("name", "-created_at"), name="plan_name_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.hash[:12]}"
+
+
+class Run(models.Model):
+    """One execution of a workflow. ``status`` is the lifecycle, ``state`` the workflow's data.
+
+    Invariants: a running run holds a lease; only the holder of the current ``fencing_token``
+    may commit; ``event_seq`` / ``checkpoint_seq`` count the run's events and checkpoints.
+    """
+
+    STATUS_CHOICES: ClassVar[list[tuple[str, str]]] = [(s, s) for s in STATUSES]
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="runs")
+    workflow = models.CharField(max_length=200)
+    plan = models.ForeignKey(WorkflowPlan, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="queued")
+    input = models.JSONField(default=dict, blank=True)
+    #: The state as of checkpoint ``state_seq`` (refreshed whenever the run stops executing);
+    #: while a run executes, the current state is that plus the checkpoints' deltas.
+    state = models.JSONField(default=dict, blank=True)
+    state_seq = models.PositiveIntegerField(default=0)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    #: The working session: where the run's steps append. Forked when a step attempt is retried
+    #: after a crash, so the abandoned attempt's chunks never enter the run's view.
+    session = models.ForeignKey(
+        "sessions_app.Session", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    #: For a branch of a fan-out: the branch's first node, and the join node it stops before.
+    branch = models.CharField(max_length=200, blank=True, default="")
+    join_step = models.CharField(max_length=200, blank=True, default="")
+    # NULL (not "") when absent: the unique constraint below ignores NULLs.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    request_digest = models.CharField(max_length=64, blank=True, default="")
+    priority = models.SmallIntegerField(default=0)
+    deadline = models.DateTimeField(null=True, blank=True)
+    next_nodes = models.JSONField(default=list, blank=True)
+    #: Attempt number of the next node to run (1 on the first try).
+    attempt = models.PositiveIntegerField(default=1)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    #: A durable timer: a queued run is not claimable before this (retry backoff).
+    wake_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_seq = models.PositiveIntegerField(default=0)
+    event_seq = models.PositiveIntegerField(default=0)
+    review_reason = models.CharField(max_length=300, blank=True, default="")
+    #: Length of the working session as of the last checkpoint: the run's view of it.
+    session_len = models.PositiveIntegerField(default=0)
+    #: The fan-out in progress: ``{"router", "join", "branches", "children"}``.
+    fanout = models.JSONField(null=True, blank=True)
+    #: Budgets (tokens, USD) checked at step boundaries; null = no budget.
+    token_budget = models.BigIntegerField(null=True, blank=True)
+    cost_budget_usd = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-id",)
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=STATUSES), name="run_status_valid"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100) & Q(priority__lte=100), name="run_priority_range"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="running") | Q(lease_expires_at__isnull=False),
+                name="run_running_has_lease",
+            ),
+            models.UniqueConstraint(
+                fields=("tenant", "idempotency_key"),
+                condition=Q(idempotency_key__isnull=False),
+                name="run_idempotency_key_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=("-priority", "created_at"),
+                condition=Q(status="queued"),
+                name="run_claimable",
+            ),
+            models.Index(
+                fields=("lease_expires_at",),
+                condition=Q(status="running"),
+                name="run_lease_expiry",
+            ),
+            models.Index(fields=("tenant", "project", "-id"), name="run_project_recent"),
+            models.Index(fields=("tenant", "status"), name="run_tenant_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.status})"
+
+
+class RunEvent(models.Model):
+    """One fact in a run's history; ``seq`` is contiguous per run. Append-only."""
+
+    append_only_for_runtime: ClassVar[bool] = True
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=50)
+    step = models.CharField(max_length=200, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "seq")
+        constraints = [models.UniqueConstraint(fields=("run", "seq"), name="event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("run events are append-only")
+        super().save(*args, **kwargs)
+
+
+class Checkpoint(models.Model):
+    """The run after a step: its state (a delta against the previous checkpoint, or in full
+    every few checkpoints), the session reference ``(session, session_len)`` and the next nodes.
+    Append-only."""
+
+    append_only_for_runtime: ClassVar[bool] = True
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    seq = models.PositiveIntegerField()
+    step = models.CharField(max_length=200)
+    next_nodes = models.JSONField(default=list)
+    #: True: ``state`` is the whole state; False: a delta against checkpoint ``seq - 1``.
+    full = models.BooleanField(default=False)
+    state = models.JSONField()
+    #: SHA-256 of the whole state's canonical JSON, to verify a rebuild.
+    state_digest = models.CharField(max_length=64)
+    session_id = models.UUIDField(null=True, blank=True)
+    session_len = models.PositiveIntegerField(default=0)
+    fencing_token = models.BigIntegerField()
+    attempt = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "seq")
+        constraints = [models.UniqueConstraint(fields=("run", "seq"), name="checkpoint_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.seq} after {self.step}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("checkpoints are append-only")
+        super().save(*args, **kwargs)
+
+
+INTERRUPT_KINDS = ("approval", "input", "review")
+INTERRUPT_STATES = ("pending", "resolved", "expired")
+DECISIONS = ("approve", "reject", "respond")
+
+
+class Interrupt(models.Model):
+    """A run paused for a person: a request, an optional response schema, one decision.
+
+    Identified in its run by ``(checkpoint_seq, step, sequence)``: the ``sequence``-th call of
+    ``ctx.interrupt`` in ``step`` after checkpoint ``checkpoint_seq``, so a step that runs
+    again after the decision finds it instead of asking twice.
+    """
+
+    KIND_CHOICES: ClassVar[list[tuple[str, str]]] = [(k, k) for k in INTERRUPT_KINDS]
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="interrupts")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interrupts")
+    step = models.CharField(max_length=200)
+    checkpoint_seq = models.PositiveIntegerField()
+    sequence = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    title = models.CharField(max_length=300, blank=True, default="")
+    request = models.JSONField(default=dict)
+    request_digest = models.CharField(max_length=64)
+    schema = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, default="pending")
+    decision = models.CharField(max_length=16, blank=True, default="")
+    response = models.JSONField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    #: Applied on expiry: ``{"decision": ..., "response": ...}`` (default: reject).
+    default = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-id",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("run", "checkpoint_seq", "step", "sequence"), name="interrupt_unique_call"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=INTERRUPT_KINDS), name="interrupt_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=INTERRUPT_STATES), name="interrupt_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(decision="") | Q(decision__in=DECISIONS),
+                name="interrupt_decision_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=("tenant", "status"), name="interrupt_tenant_status"),
+            models.Index(
+                fields=("expires_at",), condition=Q(status="pending"), name="interrupt_expiry"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.status})"

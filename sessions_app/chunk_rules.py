@@ -100,7 +100,12 @@ def check_usage(usage: Any) -> dict[str, Any] | None:
     cost = usage.get("cost_usd")
     if cost is not None and (not isinstance(cost, int | float) or cost < 0):
         raise ChunkInvalid("usage.cost_usd", "must be a non-negative number")
-    return dict(usage)
+    normalised = dict(usage)
+    if "total_tokens" not in normalised:
+        normalised["total_tokens"] = int(usage.get("prompt_tokens", 0)) + int(
+            usage.get("completion_tokens", 0)
+        )
+    return normalised
 
 
 def content_size(content: Any) -> int:

@@ -8,8 +8,9 @@ answered from the data. Kept in :mod:`contextvars` so it follows threads' and ta
 from __future__ import annotations
 
 import contextvars
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -31,6 +32,49 @@ class DecisionStore(Protocol):
     def record(self, key: str, value: Any) -> None: ...
 
 
+class StepBuffer:
+    """Chunks a durable step appends to its run's working session, held until the step
+    commits, so the chunks, the checkpoint and the event are written by one statement.
+
+    Held chunks are written earlier when someone reads that session in the step (reads see
+    their own writes), when the oldest is older than ``flush_after`` seconds (a long agent step
+    still shows up live), and when the attempt ends without committing (so an abandoned
+    attempt stays visible in lineage).
+    """
+
+    def __init__(
+        self, session_id: uuid.UUID, tenant_id: uuid.UUID, length: int, *, flush_after: float = 0.5
+    ) -> None:
+        self.session_id = session_id
+        self.tenant_id = tenant_id
+        #: The session's stored length (what the buffer's first chunk follows).
+        self.stored_length = length
+        self.flush_after = flush_after
+        self.drafts: list[Any] = []
+        self._oldest: float | None = None
+
+    @property
+    def next_seq(self) -> int:
+        return self.stored_length + len(self.drafts)
+
+    def add(self, drafts: list[Any]) -> int:
+        """Hold ``drafts``; returns the seq of the first."""
+        first = self.next_seq
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+        self.drafts.extend(drafts)
+        return first
+
+    def due(self) -> bool:
+        return self._oldest is not None and time.monotonic() - self._oldest >= self.flush_after
+
+    def take(self) -> list[Any]:
+        """The held drafts, now the caller's to write; the buffer is empty afterwards."""
+        drafts, self.drafts, self._oldest = self.drafts, [], None
+        self.stored_length += len(drafts)
+        return drafts
+
+
 @dataclass(frozen=True)
 class WriteContext:
     actor: str = "flow"
@@ -44,6 +88,12 @@ class WriteContext:
     project: Any = None
     #: Inside a durable run: recorded decisions (selectors) reused when a step is replayed.
     decisions: DecisionStore | None = None
+    #: Inside a durable step: appends to the working session, held until the step commits.
+    buffer: StepBuffer | None = None
+    #: Inside a durable step: ``ctx.effect`` (writing tools run through the effect ledger).
+    effects: Callable[..., Any] | None = None
+    #: Inside a durable step with a budget: checks it (an approval interrupt when exceeded).
+    budget: Callable[[], None] | None = None
 
 
 _current: contextvars.ContextVar[WriteContext] = contextvars.ContextVar(

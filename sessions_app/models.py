@@ -130,6 +130,10 @@ class Chunk(models.Model):
             models.CheckConstraint(condition=Q(kind__in=KINDS), name="chunk_kind_valid"),
             models.CheckConstraint(condition=Q(trust__in=TRUST_LABELS), name="chunk_trust_valid"),
         ]
+        indexes = [
+            # What a run wrote (budgets, the console's run page); most chunks have no run.
+            models.Index(fields=("run_id",), condition=Q(run_id__isnull=False), name="chunk_run"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.role}/{self.kind}"

@@ -156,10 +156,14 @@ _APPEND_SQL = f"""
         usage_total_tokens = usage_total_tokens + %s,
         usage_cost_usd = usage_cost_usd + %s,
         updated_at = %s
-    WHERE id = %s
-      AND (writer_run_id IS NULL OR (writer_run_id = %s AND writer_token = %s))
+    WHERE id = %s AND {{owner}}
     RETURNING base_len, own_len
 """  # noqa: S608 - the table name comes from model metadata, values are parameters
+# A fenced writer (a run's worker) appends only while the session is owned by exactly its
+# lease; anyone else only while no run owns it. A worker whose lease went stale is refused even
+# after the run released the session.
+_OWNER_FREE = "writer_run_id IS NULL"
+_OWNER_FENCE = "writer_run_id = %s AND writer_token = %s"
 
 
 def chunks_append(
@@ -180,8 +184,48 @@ def chunks_append(
             f"at most {MAX_CHUNKS_PER_APPEND} chunks per append",
             details={"chunks": [f"more than {MAX_CHUNKS_PER_APPEND}"]},
         )
-    fence = fence if fence is not None else context.current().fence
+    ctx = context.current()
+    fence = fence if fence is not None else ctx.fence
     stamped = [_stamp(d) for d in drafts]
+    buffer = ctx.buffer
+    if buffer is not None and buffer.session_id == session.id:
+        return _hold(session, buffer, stamped)
+    return append_now(session, stamped, fence)
+
+
+def _hold(session: Session, buffer: context.StepBuffer, stamped: list[ChunkDraft]) -> list[Chunk]:
+    """A durable step's append to its working session: held, committed with the step."""
+    first = buffer.add(stamped)
+    now = timezone.now()
+    rows = _chunk_rows(session, stamped, first)
+    for row in rows:
+        row.created_at = now
+    if buffer.due():
+        flush_buffer(session_id=session.id)
+    return rows
+
+
+def flush_buffer(*, session_id: uuid.UUID) -> None:
+    """Write what the current step holds for ``session_id`` now (reads see their own writes)."""
+    ctx = context.current()
+    buffer = ctx.buffer
+    if buffer is None or buffer.session_id != session_id or not buffer.drafts:
+        return
+    held = buffer.take()
+    session = Session(id=session_id, tenant_id=buffer.tenant_id)
+    stored = append_now(session, held, ctx.fence)
+    expected = buffer.stored_length - len(held)
+    if stored and stored[0].seq != expected:  # only this lease writes here: cannot happen
+        raise StaleFence(
+            "the working session changed under the step",
+            details={"expected": expected, "got": stored[0].seq},
+        )
+
+
+def append_now(
+    session: Session, stamped: list[ChunkDraft], fence: context.Fence | None
+) -> list[Chunk]:
+    """Write stamped drafts at the end of the session now (one short transaction)."""
     totals = usage_totals(stamped)
     params = [
         len(stamped),
@@ -191,12 +235,13 @@ def chunks_append(
         Decimal(str(totals["cost_usd"])),
         timezone.now(),
         db_uuid(session.id),
-        db_uuid(fence.run_id) if fence else None,
-        fence.token if fence else None,
     ]
+    if fence is not None:
+        params += [db_uuid(fence.run_id), fence.token]
+    sql = _APPEND_SQL.format(owner=_OWNER_FENCE if fence is not None else _OWNER_FREE)
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(_APPEND_SQL, params)
+            cursor.execute(sql, params)
             row = cursor.fetchone()
         if row is None:
             _explain_refused_append(session.id, fence)
@@ -213,7 +258,7 @@ def _explain_refused_append(session_id: uuid.UUID, fence: context.Fence | None) 
     owner = Session.objects.filter(id=session_id).values("writer_run_id", "writer_token").first()
     if owner is None:
         raise NotFound("session not found", details={"session": str(session_id)})
-    if fence is not None and owner["writer_run_id"] == fence.run_id:
+    if fence is not None and owner["writer_run_id"] in (fence.run_id, None):
         raise StaleFence(
             "this worker's lease on the run is stale; another worker owns it now",
             details={"run": str(fence.run_id), "token": fence.token},
@@ -260,6 +305,7 @@ def _base_for(session: Session, at: int) -> tuple[uuid.UUID | None, int]:
 
 
 def _current_length(session: Session) -> int:
+    flush_buffer(session_id=session.id)
     row = Session.objects.filter(id=session.id).values("base_len", "own_len").first()
     if row is None:
         raise NotFound("session not found", details={"session": str(session.id)})

@@ -52,3 +52,8 @@ def chunks_committed(session_id: uuid.UUID, seqs: tuple[int, int]) -> None:
 def token_delta(session_id: uuid.UUID, *, agent: str, delta: str, turn: str) -> None:
     """A model is generating text for the session (not stored; the final chunk is)."""
     _emit("delta", {"session": str(session_id), "agent": agent, "delta": delta, "turn": turn})
+
+
+def run_event_committed(run_id: uuid.UUID, seq: int) -> None:
+    """Event ``seq`` of the run is committed."""
+    _emit("run_event", {"run": str(run_id), "seq": seq})

@@ -255,6 +255,8 @@ class Session:
         return dict(self._row.metadata or {})
 
     def refresh(self) -> Session:
+        # A durable step's held appends are written first: reads see their own writes.
+        services.flush_buffer(session_id=self.id)
         self._row.refresh_from_db()
         return self
 

@@ -28,8 +28,9 @@ class OpenRathAutoSchema(AutoSchema):
         operation = super().get_operation(*args, **kwargs)
         if operation is None:
             return None
-        grant = grant_for(getattr(self.view, "grants", {}), getattr(self.view, "action", None),
-                          self.method)
+        grant = grant_for(
+            getattr(self.view, "grants", {}), getattr(self.view, "action", None), self.method
+        )
         if grant:
             operation["x-required-grant"] = grant
             note = f"Required grant: `{grant}`."
@@ -59,7 +60,15 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
 
 _DB_INTEGER_BOUNDS = {
-    2**15 - 1, -(2**15), 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 2**63, 2**31, 2**15,
+    2**15 - 1,
+    -(2**15),
+    2**31 - 1,
+    -(2**31),
+    2**63 - 1,
+    -(2**63),
+    2**63,
+    2**31,
+    2**15,
 }
 
 

@@ -22,11 +22,26 @@ from sessions_app.providers.base import (
     register_provider,
     registered_kinds,
 )
-from sessions_app.providers.openai_provider import OpenAIProvider, ProviderConfigError
 from sessions_app.providers.scripted import ScriptedProvider
 
-register_provider(OpenAIProvider.kind, OpenAIProvider)
+
+def _openai_provider(**options: Any) -> Provider:
+    # The openai SDK takes about a second to import: only processes that use it pay for it.
+    from sessions_app.providers.openai_provider import OpenAIProvider
+
+    return OpenAIProvider(**options)
+
+
+register_provider("openai", _openai_provider)
 register_provider(ScriptedProvider.kind, ScriptedProvider)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("OpenAIProvider", "ProviderConfigError"):
+        from sessions_app.providers import openai_provider
+
+        return getattr(openai_provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_provider(kind: str = "openai", **options: Any) -> Provider:

@@ -17,6 +17,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
 
+        if settings.OPENRATH_DISPATCH == "local" and settings.OPENRATH_EMBEDDED_WORKERS > 0:
+            from runs_app.worker import start_embedded_workers
+
+            start_embedded_workers(settings.OPENRATH_EMBEDDED_WORKERS)
         self.stdout.write(
             f"serving the {settings.PROFILE} profile on http://{options['host']}:{options['port']}/"
         )

@@ -1,0 +1,199 @@
+"""Input and output shapes of the runs and workflows API (DESIGN section 10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from runs_app.models import (
+    DECISIONS,
+    INTERRUPT_KINDS,
+    INTERRUPT_STATES,
+    Interrupt,
+    Run,
+    RunEvent,
+)
+from runs_app.transitions import STATUSES
+
+
+class RunOut(serializers.ModelSerializer):
+    """A run. ``state`` is the workflow's data (as of checkpoint ``state_checkpoint`` in
+    lists; the latest on ``GET /runs/{id}/``)."""
+
+    project = serializers.UUIDField(source="project_id")
+    session = serializers.UUIDField(source="session_id", allow_null=True)
+    # "parent"/"data" shadow serializer attributes in the stubs; DRF moves fields aside.
+    parent = serializers.UUIDField(source="parent_id", allow_null=True)  # type: ignore[assignment]
+    plan = serializers.CharField(source="plan_id")
+    state = serializers.JSONField()
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    next_nodes = serializers.ListField(child=serializers.CharField())
+    state_checkpoint = serializers.IntegerField(source="state_seq")
+    checkpoints = serializers.IntegerField(source="checkpoint_seq")
+    events = serializers.IntegerField(source="event_seq")
+    priority = serializers.IntegerField(min_value=-100, max_value=100)
+    attempt = serializers.IntegerField(min_value=1)
+
+    class Meta:
+        model = Run
+        fields = (
+            "id",
+            "workflow",
+            "project",
+            "status",
+            "state",
+            "output",
+            "error",
+            "session",
+            "parent",
+            "priority",
+            "deadline",
+            "attempt",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "plan",
+            "branch",
+            "next_nodes",
+            "review_reason",
+            "created_by",
+            "state_checkpoint",
+            "checkpoints",
+            "events",
+        )
+
+
+class RunCreateIn(StrictInputSerializer):
+    workflow = serializers.CharField(max_length=200)
+    project = ProjectRefField()
+    state = serializers.DictField(required=False, default=dict)
+    session = serializers.UUIDField(
+        required=False, help_text="Start from this session (the run works on a fork)."
+    )
+    user_message = serializers.CharField(required=False, max_length=200_000)
+    priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
+    deadline = serializers.DateTimeField(required=False)
+    token_budget = serializers.IntegerField(required=False, min_value=1)
+    cost_budget_usd = serializers.DecimalField(
+        required=False, max_digits=20, decimal_places=8, min_value=0
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "session" in attrs and "user_message" in attrs:
+            raise serializers.ValidationError(
+                {"user_message": ["give session or user_message, not both"]}
+            )
+        return attrs
+
+
+class RunEventOut(serializers.ModelSerializer):
+    data = serializers.JSONField()  # type: ignore[assignment]
+
+    class Meta:
+        model = RunEvent
+        fields = ("seq", "type", "step", "data", "created_at")
+
+
+class CheckpointOut(serializers.Serializer):
+    seq = serializers.IntegerField(source="checkpoint.seq")
+    step = serializers.CharField(source="checkpoint.step")
+    state = serializers.JSONField()
+    next_nodes = serializers.JSONField(source="checkpoint.next_nodes")
+    session = serializers.SerializerMethodField()
+    fencing_token = serializers.IntegerField(source="checkpoint.fencing_token")
+    attempt = serializers.IntegerField(source="checkpoint.attempt")
+    stored_in_full = serializers.BooleanField(source="checkpoint.full")
+    state_digest = serializers.CharField(source="checkpoint.state_digest")
+    created_at = serializers.DateTimeField(source="checkpoint.created_at")
+
+    def get_session(self, obj: dict[str, Any]) -> dict[str, Any]:
+        checkpoint = obj["checkpoint"]
+        return {
+            "id": str(checkpoint.session_id) if checkpoint.session_id else None,
+            "length": checkpoint.session_len,
+        }
+
+
+class CancelIn(StrictInputSerializer):
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+
+
+class ResumeIn(StrictInputSerializer):
+    reason = serializers.CharField(max_length=500)
+    accept_plan = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        help_text="After plan drift: the hash of the workflow's current plan, to re-pin the run.",
+    )
+
+
+class EventQuery(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
+
+
+class WorkflowOut(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    version = serializers.CharField()
+    plan = serializers.CharField(help_text="The plan's hash.")
+    entry = serializers.CharField()
+    nodes = serializers.IntegerField()
+
+
+class WorkflowDetailOut(WorkflowOut):
+    graph = serializers.JSONField()
+
+
+STATUS_CHOICES = [(s, s) for s in STATUSES]
+
+
+class InterruptOut(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id")
+    project = serializers.UUIDField(source="project_id")
+    request = serializers.JSONField()
+    schema = serializers.JSONField(allow_null=True)
+    response = serializers.JSONField(allow_null=True)
+    default = serializers.JSONField(allow_null=True)
+
+    class Meta:
+        model = Interrupt
+        fields = (
+            "id",
+            "run",
+            "project",
+            "step",
+            "kind",
+            "title",
+            "request",
+            "request_digest",
+            "schema",
+            "status",
+            "decision",
+            "response",
+            "reason",
+            "resolved_by",
+            "resolved_at",
+            "expires_at",
+            "default",
+            "created_at",
+        )
+
+
+class InterruptResolveIn(StrictInputSerializer):
+    decision = serializers.ChoiceField(choices=DECISIONS)
+    response = serializers.JSONField(required=False, allow_null=True)
+    reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+    request_digest = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        help_text="The digest of the request the operator saw (409 when it differs).",
+    )
+
+
+INTERRUPT_STATUS_CHOICES = [(s, s) for s in INTERRUPT_STATES]
+INTERRUPT_KIND_CHOICES = [(k, k) for k in INTERRUPT_KINDS]

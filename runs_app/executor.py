@@ -1,0 +1,583 @@
+"""Executing a claimed run: its steps one after the other, each committed as a checkpoint.
+
+The executor runs in the thread that claimed the run. A watchdog thread renews the lease and
+enforces, preemptively, the step's timeout, the run's deadline and cancellation: it raises an
+exception *inside* the step's thread (so it stops synchronous Python code too) and, when the
+step does not stop within ``OPENRATH_HARD_TIMEOUT_GRACE`` seconds, takes the hard backstop:
+a worker process exits (its lease then expires and another worker takes the run over); an
+in-process (embedded) worker abandons the thread, whose commits are fenced out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import functools
+import inspect
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from effects_app.services import LedgerDecisions
+from openrath_project.errors import DomainError
+from openrath_project.jsonlog import log_context
+from runs_app import services
+from runs_app.budgets import budget_check
+from runs_app.control import (
+    DeadlineExceeded,
+    LeaseLost,
+    NeedsReview,
+    StepInterrupted,
+    StepSuspended,
+    StepTimeout,
+)
+from runs_app.models import Run
+from runs_app.plan import Plan, PlanNode, RouteError, bind_handlers, call_handler
+from runs_app.registry import RegisteredWorkflow, UnknownWorkflow, WorkflowRegistry
+from runs_app.state_delta import check_json_state
+from sessions_app import context as session_context
+from sessions_app import services as session_services
+from sessions_app.models import Session
+from sessions_app.value import Session as FlowSession
+
+logger = logging.getLogger(__name__)
+
+
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Raise ``exc_type`` asynchronously in the thread (``None`` clears a pending one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+    )
+
+
+class Watchdog(threading.Thread):
+    """Renews the lease and stops a step that must stop (timeout, deadline, lost lease)."""
+
+    def __init__(
+        self,
+        claim: services.Claim,
+        *,
+        deadline: datetime | None,
+        target_thread: int,
+        process_mode: bool,
+    ) -> None:
+        super().__init__(name=f"watchdog-{claim.run_id}", daemon=True)
+        self.claim = claim
+        self.deadline = deadline
+        self.target = target_thread
+        self.process_mode = process_mode
+        self.heartbeat_every = max(0.5, settings.OPENRATH_LEASE_SECONDS / 3)
+        self.grace = float(settings.OPENRATH_HARD_TIMEOUT_GRACE)
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._in_step = False
+        self._step_deadline: float | None = None
+        self._raised_at: float | None = None
+        self.raised: type[StepInterrupted] | None = None
+        self.lost = False
+        self.abandoned = False
+
+    def begin_step(self, timeout_seconds: float | None) -> None:
+        with self._lock:
+            self._in_step = True
+            self._raised_at = None
+            self.raised = None
+            self._step_deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
+
+    def end_step(self) -> None:
+        with self._lock:
+            self._in_step = False
+            self._step_deadline = None
+            _raise_in_thread(self.target, None)  # drop one raised too late to matter
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def _interrupt(self, exc_type: type[StepInterrupted]) -> None:
+        with self._lock:
+            if not self._in_step or self._raised_at is not None:
+                return
+            self.raised = exc_type
+            self._raised_at = time.monotonic()
+            _raise_in_thread(self.target, exc_type)
+        logger.warning("interrupting run %s: %s", self.claim.run_id, exc_type.__name__)
+
+    def run(self) -> None:
+        next_beat = time.monotonic() + self.heartbeat_every
+        try:
+            while not self._stop_event.wait(0.2):
+                now = time.monotonic()
+                if now >= next_beat and not self.lost:
+                    next_beat = now + self.heartbeat_every
+                    try:
+                        alive = services.lease_heartbeat(claim=self.claim)
+                    except Exception:  # the database is away: keep trying, the lease may hold
+                        logger.exception("heartbeat failed for run %s", self.claim.run_id)
+                        alive = True
+                    if not alive:
+                        self.lost = True
+                        self._interrupt(LeaseLost)
+                if self.deadline is not None and timezone.now() >= self.deadline:
+                    self._interrupt(DeadlineExceeded)
+                with self._lock:
+                    step_deadline, raised_at = self._step_deadline, self._raised_at
+                if step_deadline is not None and now >= step_deadline:
+                    self._interrupt(StepTimeout)
+                if raised_at is not None and now - raised_at > self.grace:
+                    self._hard_stop()
+                    return
+        finally:
+            connection.close()
+
+    def _hard_stop(self) -> None:
+        """The step ignored the soft stop: the hard backstop."""
+        if self.process_mode:
+            logger.critical(
+                "run %s: step did not stop %.0fs after %s; exiting the worker "
+                "process (the lease will expire)",
+                self.claim.run_id,
+                self.grace,
+                self.raised.__name__ if self.raised else "?",
+            )
+            logging.shutdown()
+            os._exit(70)
+        logger.critical(
+            "run %s: step did not stop; abandoning its thread (its commits are "
+            "fenced out once the lease expires)",
+            self.claim.run_id,
+        )
+        self.abandoned = True
+
+
+# --- The step context ----------------------------------------------------------------------
+
+
+@dataclass
+class StepContext:
+    """What a handler gets as ``ctx``: ``session``, ``run_id``, ``attempt``, ``project``,
+    ``interrupt(...)`` and ``effect(...)``."""
+
+    run_id: uuid.UUID
+    step: str
+    attempt: int
+    project: Any
+    session: FlowSession
+    worker: str
+    fencing_token: int
+    deadline: datetime | None
+    #: The run's checkpoint when the step started (identifies this pass through the step).
+    checkpoint_seq: int = 0
+    tenant_id: uuid.UUID | None = None
+    _interrupt_calls: int = field(default=0, repr=False)
+
+    @property
+    def logger(self) -> logging.Logger:
+        return logging.getLogger(f"openrath.run.{self.step}")
+
+    def interrupt(
+        self,
+        kind: Any,
+        request: Any,
+        timeout_seconds: float | None = None,
+        schema: dict[str, Any] | None = None,
+        *,
+        title: str = "",
+        default: dict[str, Any] | None = None,
+        raise_on_reject: bool = True,
+    ) -> Any:
+        """Pause the run for a person's decision and return it (``Decision``).
+
+        The run waits with its lease released; when someone resolves the interrupt the run is
+        requeued and this step runs again from its start, and this call then returns the
+        decision (a rejection raises ``flow.InterruptRejected`` unless ``raise_on_reject`` is
+        false). See docs/authoring.md.
+        """
+        from runs_app.interrupts import interrupt_request
+
+        self._interrupt_calls += 1
+        return interrupt_request(
+            self,
+            kind=kind,
+            request=request,
+            timeout_seconds=timeout_seconds,
+            schema=schema,
+            title=title,
+            default=default,
+            sequence=self._interrupt_calls,
+            raise_on_reject=raise_on_reject,
+        )
+
+    def effect(
+        self, key: str, fn: Callable[..., Any], *args: Any, idempotent: bool = False, **kwargs: Any
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` through the effect ledger, at most once per key: a
+        recorded result is returned without calling ``fn`` again."""
+        from effects_app.services import effect_call
+
+        return effect_call(self, key=key, fn=fn, args=args, kwargs=kwargs, idempotent=idempotent)
+
+
+# --- Executing one claimed run -------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: str
+    steps: int = 0
+
+
+def _error(exc: BaseException, node: str, attempt: int) -> dict[str, Any]:
+    message = str(exc) if str(exc) else type(exc).__name__
+    return {"type": type(exc).__name__, "message": message[:2000], "step": node, "attempt": attempt}
+
+
+def _prepare_session(run: Run, claim: services.Claim) -> Session:
+    """The run's view of its working session at its last checkpoint, owned by this lease.
+
+    Claiming the writer first shuts out a stale worker; then, if a crashed attempt appended
+    past the checkpoint, the run continues on a fork at the checkpoint's length (the abandoned
+    chunks stay visible in lineage, never in the run's view).
+    """
+    assert run.session_id is not None, "every run is created with a working session"
+    session = Session.objects.get(pk=run.session_id)
+    if claim.session_length is None:  # the claim did not take the writer (not PostgreSQL)
+        session_services.session_claim_writer(session=session, run_id=run.id, token=claim.token)
+        session.refresh_from_db(fields=["base_len", "own_len"])
+    if session.length == run.session_len:
+        return session
+    with session_context.writing(
+        actor=f"run:{run.id}", run_id=run.id, step=(run.next_nodes or [""])[0]
+    ):
+        fork = session_services.session_fork(
+            session=session,
+            at=run.session_len,
+            title=session.title,
+            metadata={
+                "run": str(run.id),
+                "reason": "retry after an interrupted attempt",
+                "abandoned": {"session": str(session.id), "length": session.length},
+            },
+        )
+    session_services.session_claim_writer(session=fork, run_id=run.id, token=claim.token)
+    services.run_repoint_session(claim=claim, session=fork, abandoned=session)
+    return fork
+
+
+def _join_inputs(
+    run: Run, state: dict[str, Any], claim: services.Claim
+) -> tuple[dict[str, Any], Session | None]:
+    """The join step's state (``state["branches"]``) and the merged branch sessions."""
+    fanout = run.fanout or {}
+    children = {str(c.id): c for c in Run.objects.filter(id__in=fanout.get("children", []))}
+    ordered = [children[cid] for cid in fanout.get("children", []) if cid in children]
+    branches = [
+        {
+            "branch": child.branch,
+            "run": str(child.id),
+            "state": child.output,
+            "session": str(child.session_id) if child.session_id else None,
+        }
+        for child in ordered
+    ]
+    joined = {**state, "branches": branches}
+    sessions = [
+        Session.objects.get(id=child.session_id)
+        for child in ordered
+        if child.session_id is not None
+    ]
+    merged = None
+    if len(sessions) >= 2:
+        with session_context.writing(
+            actor=f"run:{run.id}", run_id=run.id, step=fanout.get("join", "")
+        ):
+            merged = session_services.session_merge(
+                sessions=sessions,
+                strategy="concat",
+                title=f"join of {run.workflow}",
+                metadata={"run": str(run.id), "join": fanout.get("join")},
+            )
+        session_services.session_claim_writer(session=merged, run_id=run.id, token=claim.token)
+        services.run_repoint_session(claim=claim, session=merged, abandoned=None)
+    return joined, merged
+
+
+def _call(node: PlanNode, handler: Callable[..., Any], state: Any, ctx: StepContext) -> Any:
+    result = call_handler(node, handler, state, ctx)
+    if inspect.isawaitable(result):
+
+        async def bounded() -> Any:
+            if node.timeout_seconds:
+                return await asyncio.wait_for(result, timeout=node.timeout_seconds)
+            return await result
+
+        return asyncio.run(bounded())
+    return result
+
+
+def execute_claim(
+    claim: services.Claim, *, registry: WorkflowRegistry, process_mode: bool = False
+) -> Outcome:
+    """Run the claimed run's steps until it ends, waits, retries later or loses its lease."""
+    run = Run.objects.select_related("project").get(id=claim.run_id)
+    with log_context(run=run.id, tenant=run.tenant_id, worker=claim.worker):
+        try:
+            registered = registry.get(run.workflow)
+        except UnknownWorkflow:
+            services.run_needs_review(
+                run_id=run.id,
+                token=claim.token,
+                reason="workflow not registered",
+                data={"workflow": run.workflow},
+            )
+            return Outcome("needs_review")
+        if registered.plan.hash != run.plan_id:
+            services.run_needs_review(
+                run_id=run.id,
+                token=claim.token,
+                reason="plan drift",
+                data={"pinned": run.plan_id, "current": registered.plan.hash},
+            )
+            return Outcome("needs_review")
+        watchdog = Watchdog(
+            claim,
+            deadline=run.deadline,
+            target_thread=threading.get_ident(),
+            process_mode=process_mode,
+        )
+        watchdog.start()
+        try:
+            return _execute(run, claim, registered, watchdog)
+        except services.StaleLease:
+            return Outcome("lost")
+        finally:
+            watchdog.stop()
+            if not watchdog.abandoned:
+                watchdog.join(timeout=5)
+
+
+def _has_budgets(run: Run, session: Session) -> bool:
+    return (
+        run.token_budget is not None
+        or run.cost_budget_usd is not None
+        or isinstance((session.metadata or {}).get("budget"), dict)
+    )
+
+
+def _flush_held(buffer: session_context.StepBuffer, claim: services.Claim) -> None:
+    """An attempt ends without committing: what it held is written to the working session, so
+    the abandoned attempt stays visible in lineage (the next attempt continues on a fork)."""
+    held = buffer.take()
+    if not held:
+        return
+    try:
+        session_services.append_now(
+            Session(id=buffer.session_id, tenant_id=buffer.tenant_id),
+            held,
+            session_context.Fence(claim.run_id, claim.token),
+        )
+    except (session_services.StaleFence, session_services.SessionBusy):
+        logger.info("run %s: the abandoned attempt's chunks could not be kept", claim.run_id)
+
+
+def _execute(
+    run: Run, claim: services.Claim, registered: RegisteredWorkflow, watchdog: Watchdog
+) -> Outcome:
+    plan: Plan = registered.plan
+    handlers = bind_handlers(plan, registered.cls())
+    state = services.run_state_at(run)
+    checkpoint_seq = run.checkpoint_seq
+    session = _prepare_session(run, claim)
+    node_id = run.next_nodes[0] if run.next_nodes else plan.entry
+    attempt = run.attempt
+    steps = 0
+    joining = bool(run.fanout) and node_id == (run.fanout or {}).get("join")
+    if joining:
+        state, merged = _join_inputs(run, state, claim)
+        session = merged or session
+    buffer = session_context.StepBuffer(session.id, run.tenant_id, session.length)
+    budgets = _has_budgets(run, session)
+    fence = session_context.Fence(run.id, claim.token)
+    flow_session = FlowSession(session)
+    while True:
+        if run.join_step and node_id == run.join_step:
+            services.branch_complete(claim=claim, state=state, checkpoint_seq=checkpoint_seq)
+            return Outcome("succeeded", steps)
+        node = plan.node(node_id)
+        if run.deadline is not None and timezone.now() >= run.deadline:
+            _flush_held(buffer, claim)
+            services.run_fail(
+                claim=claim,
+                step=node_id,
+                status="timed_out",
+                state=state,
+                error={"type": "DeadlineExceeded", "message": "deadline passed", "step": node_id},
+            )
+            return Outcome("timed_out", steps)
+        ctx = StepContext(
+            run_id=run.id,
+            step=node_id,
+            attempt=attempt,
+            project=run.project,
+            session=flow_session,
+            worker=claim.worker,
+            fencing_token=claim.token,
+            deadline=run.deadline,
+            checkpoint_seq=checkpoint_seq,
+            tenant_id=run.tenant_id,
+        )
+        working_state = json.loads(json.dumps(state))  # the handler may mutate its copy
+        watchdog.begin_step(node.timeout_seconds)
+        try:
+            with (
+                session_context.writing(
+                    actor=f"run:{run.id}",
+                    run_id=run.id,
+                    step=node_id,
+                    agent="",
+                    fence=fence,
+                    project=run.project,
+                    decisions=LedgerDecisions(ctx),
+                    buffer=buffer,
+                    effects=ctx.effect,
+                    budget=functools.partial(budget_check, ctx) if budgets else None,
+                ),
+                log_context(step=node_id),
+            ):
+                if budgets:
+                    budget_check(ctx)
+                result = _call(node, handlers[node_id], working_state, ctx)
+        except StepSuspended:
+            return Outcome("waiting", steps)
+        except LeaseLost:
+            return Outcome("lost", steps)
+        except NeedsReview as review:
+            _flush_held(buffer, claim)
+            services.run_needs_review(
+                run_id=run.id, token=claim.token, reason=review.reason, data=review.data
+            )
+            return Outcome("needs_review", steps)
+        except (session_services.StaleFence, services.StaleLease):
+            return Outcome("lost", steps)
+        except DeadlineExceeded as exc:
+            _flush_held(buffer, claim)
+            services.run_fail(
+                claim=claim,
+                step=node_id,
+                status="timed_out",
+                state=state,
+                error=_error(exc, node_id, attempt) | {"message": "deadline passed"},
+            )
+            return Outcome("timed_out", steps)
+        except BaseException as exc:  # the step failed: retry or fail, as declared
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            if watchdog.lost:
+                return Outcome("lost", steps)
+            _flush_held(buffer, claim)
+            return _step_failed(claim, node, attempt, exc, state)
+        finally:
+            watchdog.end_step()
+        steps += 1
+        try:
+            if node.kind == "router":
+                route = plan.resolve_route(node_id, result)
+                if route.fans_out:
+                    assert route.join is not None
+                    services.fanout_start(
+                        claim=claim,
+                        run=run,
+                        router=node_id,
+                        branches=route.targets,
+                        join=route.join,
+                        state=state,
+                        checkpoint_seq=checkpoint_seq,
+                        previous_state=state,
+                        attempt=attempt,
+                        chunks=buffer.take(),
+                    )
+                    return Outcome("waiting", steps)
+                new_state, next_nodes = state, [route.targets[0]]
+                event, event_data = "router.decided", {"choice": route.targets[0]}
+            else:
+                new_state = check_json_state(
+                    working_state if result is None else result,
+                    where=f"the state step {node_id!r} returned",
+                )
+                next_nodes, event, event_data = list(node.successors), "step.completed", {}
+        except (RouteError, TypeError) as exc:
+            _flush_held(buffer, claim)
+            services.run_fail(
+                claim=claim, step=node_id, state=state, error=_error(exc, node_id, attempt)
+            )
+            return Outcome("failed", steps)
+        commits = not next_nodes or node.checkpoint or node.kind == "router" or joining
+        if commits:
+            commit = services.StepCommit(
+                step=node_id,
+                state=new_state,
+                previous_state=state,
+                next_nodes=next_nodes,
+                attempt=attempt,
+                event=event,
+                event_data=event_data,
+                finish="succeeded" if not next_nodes else None,
+                chunks=buffer.take(),
+            )
+            checkpoint_seq = services.checkpoint_commit(
+                claim=claim, commit=commit, checkpoint_seq=checkpoint_seq
+            )
+        if not next_nodes:
+            return Outcome("succeeded", steps)
+        if joining:
+            services.fanout_clear(claim=claim)
+            joining = False
+        state, node_id, attempt = new_state, next_nodes[0], 1
+
+
+def _step_failed(
+    claim: services.Claim, node: PlanNode, attempt: int, exc: BaseException, state: dict[str, Any]
+) -> Outcome:
+    error = _error(exc, node.id, attempt)
+    if isinstance(exc, DomainError):
+        error["code"] = exc.code
+    timed_out = isinstance(exc, StepTimeout | TimeoutError | asyncio.TimeoutError)
+    logger.warning("step %s attempt %s failed: %s", node.id, attempt, error["message"])
+    if attempt < node.retry.max_attempts:
+        services.run_schedule_retry(
+            claim=claim, step=node.id, attempt=attempt, delay=node.retry.delay(attempt), error=error
+        )
+        return Outcome("queued")
+    services.run_fail(
+        claim=claim,
+        step=node.id,
+        error=error,
+        state=state,
+        status="timed_out" if timed_out else "failed",
+    )
+    return Outcome("timed_out" if timed_out else "failed")
+
+
+def run_one(
+    worker: str,
+    *,
+    registry: WorkflowRegistry,
+    run_id: uuid.UUID | None = None,
+    process_mode: bool = False,
+) -> Outcome | None:
+    """Claim one claimable run (or that one) and execute it; ``None`` when there was none."""
+    close_old_connections()
+    claim = services.lease_claim(worker=worker, run_id=run_id)
+    if claim is None:
+        return None
+    return execute_claim(claim, registry=registry, process_mode=process_mode)

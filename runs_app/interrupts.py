@@ -1,0 +1,304 @@
+"""Durable interrupts: a run waits for a person's decision, with its lease released.
+
+``ctx.interrupt(kind, request, timeout_seconds=None, schema=None)`` creates a pending
+:class:`Interrupt`, moves the run to ``waiting`` and ends the worker's turn. Resolving it
+(API, console, admin) validates the response against the schema, records who decided what
+(bound to the request's digest) and requeues the run; the step runs again from its start and
+the same call now returns the :class:`Decision`. Expiry (the reconciler) applies the declared
+default (reject when none is declared). A second resolution is a 409.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from openrath_project.errors import Conflict, ValidationFailed
+from runs_app import services
+from runs_app.control import InterruptRejected, StepSuspended
+from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
+from runs_app.state_delta import canonical
+from sessions_app import services as session_services
+
+
+@dataclass(frozen=True)
+class DecisionKind:
+    """``decision.kind.value`` works as in OpenRath's ``ApprovalDecision``."""
+
+    value: str
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DecisionKind):
+            return other.value == self.value
+        return getattr(other, "value", other) == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an operator decided: ``decision`` (approve, reject, respond), their ``response``
+    (validated against the interrupt's schema), ``reason``, ``resolved_by``."""
+
+    decision: str
+    response: Any
+    reason: str
+    resolved_by: str
+    interrupt_id: str
+    expired: bool = False
+
+    @property
+    def approved(self) -> bool:
+        return self.decision in ("approve", "respond")
+
+    # OpenRath 2.0's ApprovalDecision names
+    @property
+    def kind(self) -> DecisionKind:
+        return DecisionKind(self.decision)
+
+    @property
+    def actor_id(self) -> str:
+        return self.resolved_by
+
+    @property
+    def payload(self) -> Any:
+        return self.response if self.response is not None else {}
+
+
+def request_digest(request: Any) -> str:
+    return hashlib.sha256(canonical(request).encode()).hexdigest()
+
+
+def _kind(kind: Any) -> str:
+    value = str(getattr(kind, "value", kind)).lower()
+    if value not in INTERRUPT_KINDS:
+        raise ValueError(
+            f"interrupt kind must be one of {', '.join(INTERRUPT_KINDS)}; got {kind!r}"
+        )
+    return value
+
+
+def _decision_of(interrupt: Interrupt) -> Decision:
+    return Decision(
+        decision=interrupt.decision,
+        response=interrupt.response,
+        reason=interrupt.reason,
+        resolved_by=interrupt.resolved_by,
+        interrupt_id=str(interrupt.id),
+        expired=interrupt.status == "expired",
+    )
+
+
+def interrupt_request(
+    ctx: Any,
+    *,
+    kind: Any,
+    request: Any,
+    timeout_seconds: float | None,
+    schema: dict[str, Any] | None,
+    title: str,
+    default: dict[str, Any] | None,
+    sequence: int,
+    raise_on_reject: bool = True,
+    step: str | None = None,
+) -> Decision:
+    """The step-facing half: return the decision if there is one, else wait for it."""
+    kind_value = _kind(kind)
+    try:
+        payload = json.loads(json.dumps(request, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"an interrupt's request must be JSON: {exc}") from exc
+    if schema is not None:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise ValueError(f"invalid response schema: {exc.message}") from exc
+    if default is not None and default.get("decision", "reject") not in DECISIONS:
+        raise ValueError(f"default decision must be one of {', '.join(DECISIONS)}")
+    if timeout_seconds is not None and timeout_seconds <= 0:
+        raise ValueError("timeout_seconds must be greater than zero")
+    step_name = step or ctx.step
+    existing = Interrupt.objects.filter(
+        run_id=ctx.run_id, checkpoint_seq=ctx.checkpoint_seq, step=step_name, sequence=sequence
+    ).first()
+    if existing is not None and existing.status != "pending":
+        decision = _decision_of(existing)
+        if decision.decision == "reject" and raise_on_reject:
+            raise InterruptRejected(decision)
+        return decision
+    expires_at: datetime | None = (
+        timezone.now() + timedelta(seconds=timeout_seconds) if timeout_seconds else None
+    )
+    # What the step wrote so far is kept (visible in lineage) before the run stops writing.
+    session_services.flush_buffer(session_id=ctx.session.id)
+    with transaction.atomic():
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    existing = Interrupt.objects.create(
+                        tenant_id=ctx.tenant_id,
+                        project_id=ctx.project.id,
+                        run_id=ctx.run_id,
+                        step=step_name,
+                        checkpoint_seq=ctx.checkpoint_seq,
+                        sequence=sequence,
+                        kind=kind_value,
+                        title=(title or _title(kind_value, payload))[:300],
+                        request=payload,
+                        request_digest=request_digest(payload),
+                        schema=schema,
+                        expires_at=expires_at,
+                        default=default,
+                    )
+            except IntegrityError:
+                existing = Interrupt.objects.get(
+                    run_id=ctx.run_id,
+                    checkpoint_seq=ctx.checkpoint_seq,
+                    step=step_name,
+                    sequence=sequence,
+                )
+        services.run_transition(
+            run_id=ctx.run_id,
+            to="waiting",
+            event="run.waiting",
+            step=ctx.step,
+            token=ctx.fencing_token,
+            data={"interrupt": str(existing.id), "kind": existing.kind, "title": existing.title},
+        )
+    raise StepSuspended()
+
+
+def _title(kind: str, payload: Any) -> str:
+    if isinstance(payload, dict):
+        for key in ("title", "question", "message", "summary"):
+            if isinstance(payload.get(key), str):
+                return payload[key]
+    return f"{kind} requested"
+
+
+def check_response(schema: dict[str, Any] | None, response: Any) -> None:
+    """400 naming the field when the response breaks the interrupt's schema."""
+    if schema is None:
+        return
+    errors = sorted(
+        Draft202012Validator(schema).iter_errors(response), key=lambda e: list(e.absolute_path)
+    )
+    if errors:
+        details: dict[str, list[str]] = {}
+        for error in errors:
+            path = "response" + "".join(f".{p}" for p in error.absolute_path)
+            details.setdefault(path, []).append(error.message)
+        first = next(iter(details))
+        raise ValidationFailed(
+            f"response does not match the schema: {first}: {details[first][0]}", details=details
+        )
+
+
+def interrupt_resolve(
+    *,
+    interrupt: Interrupt,
+    decision: str,
+    response: Any = None,
+    reason: str = "",
+    request_digest: str | None = None,
+    actor: str = "",
+) -> Interrupt:
+    """Resolve a pending interrupt once and requeue its run."""
+    if decision not in DECISIONS:
+        raise ValidationFailed(
+            f"decision must be one of {', '.join(DECISIONS)}",
+            details={"decision": ["unknown decision"]},
+        )
+    if decision == "respond" and response is None:
+        raise ValidationFailed(
+            "a respond decision needs a response", details={"response": ["required for respond"]}
+        )
+    with transaction.atomic():
+        locked = Interrupt.objects.select_for_update().get(id=interrupt.id)
+        if locked.status != "pending":
+            raise Conflict(
+                f"the interrupt is already {locked.status}",
+                code="already_resolved",
+                details={"status": locked.status, "decision": locked.decision},
+            )
+        if request_digest is not None and request_digest != locked.request_digest:
+            raise Conflict(
+                "request_digest does not match the interrupt's request: reload and review",
+                code="digest_mismatch",
+                details={"request_digest": locked.request_digest},
+            )
+        if decision in ("approve", "respond") and response is not None:
+            check_response(locked.schema, response)
+        run = Run.objects.select_for_update().get(id=locked.run_id)
+        if run.status != "waiting":
+            raise Conflict(
+                f"the run is {run.status}, no longer waiting for this interrupt",
+                code="illegal_transition",
+                details={"run_status": run.status},
+            )
+        locked.status = "resolved"
+        locked.decision = decision
+        locked.response = response
+        locked.reason = reason[:500]
+        locked.resolved_by = actor[:200]
+        locked.resolved_at = timezone.now()
+        locked.save()
+        services.run_transition(
+            run_id=run.id,
+            to="queued",
+            event="interrupt.resolved",
+            step=locked.step,
+            expect=["waiting"],
+            data={
+                "interrupt": str(locked.id),
+                "decision": decision,
+                "by": actor,
+                "request_digest": locked.request_digest,
+            },
+        )
+    return locked
+
+
+def interrupts_expire(*, now: datetime | None = None) -> int:
+    """Apply the declared default to pending interrupts past their expiry (reconciler)."""
+    now = now or timezone.now()
+    expired = 0
+    for interrupt in Interrupt.objects.filter(status="pending", expires_at__lt=now)[:500]:
+        default = interrupt.default or {"decision": "reject"}
+        with transaction.atomic():
+            locked = Interrupt.objects.select_for_update().get(id=interrupt.id)
+            if locked.status != "pending":
+                continue
+            locked.status = "expired"
+            locked.decision = default.get("decision", "reject")
+            locked.response = default.get("response")
+            locked.reason = "expired"
+            locked.resolved_by = "system:expiry"
+            locked.resolved_at = now
+            locked.save()
+            with contextlib.suppress(
+                Conflict
+            ):  # the run moved on (cancelled): the expiry is still recorded
+                services.run_transition(
+                    run_id=locked.run_id,
+                    to="queued",
+                    event="interrupt.expired",
+                    step=locked.step,
+                    expect=["waiting"],
+                    data={"interrupt": str(locked.id), "decision": locked.decision},
+                )
+            expired += 1
+    return expired

@@ -1,0 +1,56 @@
+"""Scoped reads of runs, their events and checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from openrath_project.errors import NotFound
+from openrath_project.tenancy.principal import Principal
+from openrath_project.tenancy.selectors import parse_uuid
+from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
+from runs_app.services import run_state_at
+from runs_app.state_delta import apply
+
+
+def run_list(*, principal: Principal) -> QuerySet[Run]:
+    return principal.scope(Run.objects.all())
+
+
+def run_get(*, principal: Principal, run_id: object) -> Run:
+    """A run in scope, or 404 (another tenant's run is indistinguishable from a missing one)."""
+    as_uuid = parse_uuid(run_id)
+    run = run_list(principal=principal).filter(id=as_uuid).first() if as_uuid else None
+    if run is None:
+        raise NotFound("run not found", details={"run": str(run_id)})
+    return run
+
+
+def event_page(run: Run, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+
+
+def checkpoint_page(run: Run, *, after: int = 0, limit: int = 50) -> list[dict[str, Any]]:
+    """Checkpoints with their whole state rebuilt (from the nearest full checkpoint)."""
+    rows = list(Checkpoint.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+    if not rows:
+        return []
+    state = run_state_at(run, rows[0].seq - 1) if rows[0].seq > 1 else dict(run.input)
+    out = []
+    for row in rows:
+        state = dict(row.state) if row.full else apply(state, row.state)
+        out.append({"checkpoint": row, "state": state})
+    return out
+
+
+def interrupt_list(*, principal: Principal) -> QuerySet[Interrupt]:
+    return principal.scope(Interrupt.objects.all())
+
+
+def interrupt_get(*, principal: Principal, interrupt_id: object) -> Interrupt:
+    as_uuid = parse_uuid(interrupt_id)
+    found = interrupt_list(principal=principal).filter(id=as_uuid).first() if as_uuid else None
+    if found is None:
+        raise NotFound("interrupt not found", details={"interrupt": str(interrupt_id)})
+    return found

@@ -1,0 +1,1224 @@
+"""Run writes: create, transitions, leases, checkpoints, retries, cancellation, reconciliation.
+
+Every run state change goes through here. One transition table
+(:mod:`runs_app.transitions`) and one function, :func:`run_transition`, apply status changes
+with a compare-and-set under the row lock and append the run event in the same transaction.
+The hot path of a worker (claim, heartbeat, checkpoint) is conditional UPDATEs fenced by the
+lease's token: a worker whose lease expired, or whose run was cancelled, commits nothing.
+
+Locking: run rows are locked one at a time, always before any session row; a branch locks its
+parent only after it committed its own end (see :func:`branch_finished`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from openrath_project.errors import Conflict, RateLimited, ValidationFailed
+from openrath_project.tenancy.models import Project
+from runs_app import dispatch
+from runs_app.models import Checkpoint, Run, RunEvent, WorkflowPlan
+from runs_app.plan import Plan
+from runs_app.registry import RegisteredWorkflow
+from runs_app.state_delta import canonical, check_json_state, diff, digest
+from runs_app.transitions import ACTIVE, TERMINAL, check_transition
+from sessions_app import context as session_context
+from sessions_app import services as session_services
+from sessions_app import streaming
+from sessions_app.chunk_rules import ChunkDraft, make_draft, usage_totals
+from sessions_app.models import Session
+
+logger = logging.getLogger(__name__)
+
+#: Every this many checkpoints the state is stored whole, so a rebuild reads a bounded tail.
+KEYFRAME_EVERY = 32
+#: A step may be re-run after its worker died at most this many times (beyond its retries).
+MAX_CRASH_ATTEMPTS = 3
+
+
+class StaleLease(Conflict):
+    """The worker's lease is gone (expired and taken over, or the run was cancelled)."""
+
+    code = "stale_lease"
+
+
+def request_digest(body: Any) -> str:
+    return hashlib.sha256(canonical(body).encode()).hexdigest()
+
+
+def _lease_seconds() -> int:
+    return int(settings.OPENRATH_LEASE_SECONDS)
+
+
+def _publish_event(run_id: uuid.UUID, seq: int) -> None:
+    transaction.on_commit(lambda: streaming.run_event_committed(run_id, seq))
+
+
+# --- Plans -----------------------------------------------------------------------------------
+
+
+def plan_store(plan: Plan) -> WorkflowPlan:
+    """The stored row of ``plan`` (inserted the first time its hash is seen, never updated)."""
+    stored = WorkflowPlan.objects.filter(hash=plan.hash).first()
+    if stored is not None:
+        return stored
+    try:
+        with transaction.atomic():
+            return WorkflowPlan.objects.create(
+                hash=plan.hash,
+                name=plan.name,
+                version=plan.version,
+                definition=plan.to_dict(),
+                graph=plan.graph(),
+            )
+    except IntegrityError:  # stored concurrently by another process
+        return WorkflowPlan.objects.get(hash=plan.hash)
+
+
+# --- Create ------------------------------------------------------------------------------------
+
+
+def _check_queue_cap(tenant_id: uuid.UUID) -> None:
+    cap = int(settings.OPENRATH_MAX_QUEUED_RUNS_PER_TENANT)
+    queued = Run.objects.filter(tenant_id=tenant_id, status="queued").count()
+    if queued >= cap:
+        raise RateLimited(
+            f"the tenant has {queued} queued runs; the limit is {cap}",
+            retry_after=5,
+            details={"queued": queued, "limit": cap},
+        )
+
+
+def run_create(
+    *,
+    project: Project,
+    workflow: RegisteredWorkflow,
+    state: dict[str, Any] | None = None,
+    session: Session | None = None,
+    user_message: str | None = None,
+    priority: int = 0,
+    deadline: datetime | None = None,
+    idempotency_key: str | None = None,
+    digest_of_request: str = "",
+    created_by: str = "",
+    token_budget: int | None = None,
+    cost_budget_usd: Decimal | None = None,
+) -> tuple[Run, bool]:
+    """Queue a run of ``workflow``. Returns ``(run, created)``.
+
+    With an ``idempotency_key``: the same key and request digest return the first run
+    (``created`` False); the same key with another digest is a 409.
+    """
+    if idempotency_key:
+        existing = Run.objects.filter(
+            tenant_id=project.tenant_id, idempotency_key=idempotency_key
+        ).first()
+        if existing is not None:
+            return _idempotent_replay(existing, digest_of_request), False
+    initial = check_json_state(state or {}, where="state")
+    if not -100 <= priority <= 100:
+        raise ValidationFailed(
+            "priority must be between -100 and 100",
+            details={"priority": ["out of range -100..100"]},
+        )
+    if deadline is not None and deadline <= timezone.now():
+        raise ValidationFailed("deadline must be in the future", details={"deadline": ["past"]})
+    if session is not None and session.project_id != project.id:
+        raise ValidationFailed(
+            "the session belongs to another project", details={"session": ["another project"]}
+        )
+    _check_queue_cap(project.tenant_id)
+    plan_row = plan_store(workflow.plan)
+    run_id = uuid.uuid4()
+    try:
+        with transaction.atomic():
+            with session_context.writing(actor=created_by or "api", run_id=run_id):
+                if session is not None:
+                    working = session_services.session_fork(
+                        session=session,
+                        title=f"run of {workflow.name}",
+                        metadata={"run": str(run_id)},
+                        created_by=created_by,
+                    )
+                else:
+                    drafts = (
+                        [make_draft(role="user", content={"text": user_message})]
+                        if user_message
+                        else []
+                    )
+                    working = session_services.session_create(
+                        project=project,
+                        title=(user_message or f"run of {workflow.name}")[:80],
+                        chunks=drafts,
+                        metadata={"run": str(run_id)},
+                        created_by=created_by,
+                    )
+            run = Run.objects.create(
+                id=run_id,
+                tenant_id=project.tenant_id,
+                project=project,
+                workflow=workflow.name,
+                plan=plan_row,
+                status="queued",
+                input=initial,
+                state=initial,
+                session=working,
+                session_len=working.length,
+                priority=priority,
+                deadline=deadline,
+                next_nodes=[workflow.plan.entry],
+                idempotency_key=idempotency_key or None,
+                request_digest=digest_of_request,
+                created_by=created_by,
+                token_budget=token_budget,
+                cost_budget_usd=cost_budget_usd,
+                event_seq=1,
+            )
+            RunEvent.objects.create(
+                run=run,
+                seq=1,
+                type="run.created",
+                data={"workflow": workflow.name, "plan": plan_row.hash, "session": str(working.id)},
+            )
+            _publish_event(run.id, 1)
+            dispatch.on_commit(run.id)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        existing = Run.objects.get(tenant_id=project.tenant_id, idempotency_key=idempotency_key)
+        return _idempotent_replay(existing, digest_of_request), False
+    return run, True
+
+
+def _idempotent_replay(existing: Run, digest_of_request: str) -> Run:
+    if existing.request_digest != digest_of_request:
+        raise Conflict(
+            "this Idempotency-Key was used for a different request",
+            code="idempotency_conflict",
+            details={"run": str(existing.id)},
+        )
+    return existing
+
+
+# --- Transitions ------------------------------------------------------------------------------
+
+
+def _add_event(run: Run, type_: str, *, step: str = "", data: dict[str, Any] | None = None) -> int:
+    """Append an event to a locked (or just created) run; the caller saves ``event_seq``."""
+    run.event_seq += 1
+    RunEvent.objects.create(
+        run_id=run.id, seq=run.event_seq, type=type_, step=step, data=data or {}
+    )
+    _publish_event(run.id, run.event_seq)
+    return run.event_seq
+
+
+def run_transition(
+    *,
+    run_id: uuid.UUID,
+    to: str,
+    event: str,
+    step: str = "",
+    data: dict[str, Any] | None = None,
+    expect: Sequence[str] | None = None,
+    token: int | None = None,
+    changes: dict[str, Any] | None = None,
+    lease_expired_before: datetime | None = None,
+) -> Run:
+    """Move a run to status ``to`` (compare-and-set under the row lock) and append its event.
+
+    ``expect``: the statuses it may be in (a 409 otherwise); ``token``: the lease that must
+    still be current (:class:`StaleLease` otherwise). Releasing statuses clear the lease.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if token is not None and (run.fencing_token != token or run.status != "running"):
+            raise StaleLease(
+                "the run's lease is no longer this worker's",
+                details={"run": str(run_id), "token": token},
+            )
+        if lease_expired_before is not None and (
+            run.lease_expires_at is None or run.lease_expires_at >= lease_expired_before
+        ):
+            raise StaleLease("the lease was renewed", details={"run": str(run_id)})
+        if expect is not None and run.status not in expect:
+            raise Conflict(
+                f"the run is {run.status}; this needs it to be {' or '.join(expect)}",
+                code="illegal_transition",
+                details={"status": run.status},
+            )
+        check_transition(run.status, to)
+        now = timezone.now()
+        run.status = to
+        for name, value in (changes or {}).items():
+            setattr(run, name, value)
+        if to != "running":
+            run.lease_owner, run.lease_expires_at = "", None
+        if to in TERMINAL:
+            run.finished_at = now
+            run.wake_at = None
+        _add_event(run, event, step=step, data=data)
+        run.save()
+    if to in TERMINAL | {"waiting", "needs_review"}:
+        _release_session(run)
+    if to in TERMINAL and run.parent_id is not None:
+        branch_finished(run)
+    if to == "queued":
+        dispatch.on_commit(run.id)
+    return run
+
+
+def _release_session(run: Run) -> None:
+    if run.session_id is not None:
+        session_services.session_release_writer(session_id=run.session_id, run_id=run.id)
+
+
+# --- Leases ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on a run: commits are valid only with this token."""
+
+    run_id: uuid.UUID
+    token: int
+    worker: str
+    #: The working session's stored length when the claim also took its writer (PostgreSQL).
+    session_length: int | None = None
+
+
+_PG_CLAIM_SQL = """
+WITH picked AS (
+    SELECT id FROM runs_app_run
+    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only}
+    ORDER BY priority DESC, created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    UPDATE runs_app_run AS run
+    SET status = 'running', fencing_token = run.fencing_token + 1, lease_owner = %(worker)s,
+        lease_expires_at = now() + make_interval(secs => %(lease)s),
+        started_at = COALESCE(run.started_at, now()), wake_at = NULL,
+        event_seq = run.event_seq + 1, updated_at = now()
+    FROM picked
+    WHERE run.id = picked.id
+    RETURNING run.id, run.fencing_token, run.event_seq, run.attempt, run.session_id
+), s AS (
+    UPDATE sessions_app_session AS session
+    SET writer_run_id = r.id, writer_token = r.fencing_token
+    FROM r
+    WHERE session.id = r.session_id
+      AND (session.writer_run_id IS NULL
+           OR (session.writer_run_id = r.id AND session.writer_token <= r.fencing_token))
+    RETURNING session.base_len + session.own_len AS length
+), e AS (
+    INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
+    SELECT r.id, r.event_seq, 'run.claimed', '',
+           jsonb_build_object('worker', %(worker)s::text, 'token', r.fencing_token,
+                              'attempt', r.attempt),
+           now()
+    FROM r
+)
+SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM s) FROM r
+"""
+
+
+def lease_claim(*, worker: str, run_id: uuid.UUID | None = None) -> Claim | None:
+    """Take the next claimable run (or that one): queued, timer due; priority then age.
+
+    The fencing token goes up by one, so anything the previous holder tries later is refused.
+    On PostgreSQL one statement (``FOR UPDATE SKIP LOCKED``) also takes the working session's
+    writer; elsewhere a short transaction.
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        return _pg_claim(worker, run_id)
+    now = timezone.now()
+    with transaction.atomic():
+        queryset = Run.objects.filter(status="queued").filter(
+            Q(wake_at__isnull=True) | Q(wake_at__lte=now)
+        )
+        if run_id is not None:
+            queryset = queryset.filter(id=run_id)
+        picked = (
+            queryset.order_by("-priority", "created_at")
+            .select_for_update(skip_locked=True)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if picked is None:
+            return None
+        run = Run.objects.select_for_update().get(id=picked)
+        if run.status != "queued":  # SQLite has no row locks: the IMMEDIATE lock guards this
+            return None
+        check_transition(run.status, "running")
+        run.status = "running"
+        run.fencing_token += 1
+        run.lease_owner = worker
+        run.lease_expires_at = now + timedelta(seconds=_lease_seconds())
+        run.started_at = run.started_at or now
+        run.wake_at = None
+        _add_event(
+            run,
+            "run.claimed",
+            data={"worker": worker, "token": run.fencing_token, "attempt": run.attempt},
+        )
+        run.save()
+    return Claim(run_id=run.id, token=run.fencing_token, worker=worker)
+
+
+def _pg_claim(worker: str, run_id: uuid.UUID | None) -> Claim | None:
+    import psycopg
+
+    check_transition("queued", "running")
+    sql = _PG_CLAIM_SQL.format(only="AND id = %(run)s" if run_id is not None else "")
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            sql, {"worker": worker[:200], "lease": _lease_seconds(), "run": run_id}, prepare=True
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    claimed_id, token, event_seq, length = row
+    streaming.run_event_committed(claimed_id, int(event_seq))
+    return Claim(
+        run_id=claimed_id,
+        token=int(token),
+        worker=worker,
+        session_length=int(length) if length is not None else None,
+    )
+
+
+def lease_heartbeat(*, claim: Claim) -> bool:
+    """Extend the lease; False when it is no longer this worker's (stop working at once)."""
+    expires = timezone.now() + timedelta(seconds=_lease_seconds())
+    updated = Run.objects.filter(
+        id=claim.run_id, fencing_token=claim.token, status="running"
+    ).update(lease_expires_at=expires)
+    return bool(updated)
+
+
+def lease_release_to_queue(*, claim: Claim, reason: str) -> None:
+    """Give the run back (e.g. a worker shutting down) without counting an attempt."""
+    with contextlib.suppress(StaleLease):
+        run_transition(
+            run_id=claim.run_id,
+            to="queued",
+            event="lease.released",
+            data={"reason": reason},
+            token=claim.token,
+        )
+
+
+# --- Checkpoints -----------------------------------------------------------------------------
+
+
+@dataclass
+class StepCommit:
+    """What a step (or router) attempt produced, to be committed atomically."""
+
+    step: str
+    state: dict[str, Any]
+    previous_state: dict[str, Any]
+    next_nodes: list[str]
+    attempt: int
+    event: str = "step.completed"
+    event_data: dict[str, Any] | None = None
+    #: A final status to move to in the same transaction (``succeeded``), with the output.
+    finish: str | None = None
+    #: The chunks the step held for the working session, written with the checkpoint.
+    chunks: list[ChunkDraft] = field(default_factory=list)
+
+
+_PG_COMMIT_SQL = """
+WITH r AS (
+    UPDATE runs_app_run
+    SET checkpoint_seq = checkpoint_seq + 1,
+        event_seq = event_seq + 1,
+        next_nodes = %(next_nodes)s::jsonb,
+        attempt = 1,
+        session_len = COALESCE((SELECT s.base_len + s.own_len FROM sessions_app_session s
+                                WHERE s.id = runs_app_run.session_id), 0) + %(n)s,
+        lease_expires_at = now() + make_interval(secs => %(lease)s),
+        updated_at = now()
+    WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
+      AND (%(n)s = 0 OR EXISTS (
+          SELECT 1 FROM sessions_app_session ws WHERE ws.id = runs_app_run.session_id
+          AND ws.writer_run_id = %(run)s AND ws.writer_token = %(token)s))
+    RETURNING id, checkpoint_seq, event_seq, session_id, session_len
+), s AS (
+    UPDATE sessions_app_session
+    SET own_len = own_len + %(n)s,
+        usage_prompt_tokens = usage_prompt_tokens + %(prompt)s,
+        usage_completion_tokens = usage_completion_tokens + %(completion)s,
+        usage_total_tokens = usage_total_tokens + %(total)s,
+        usage_cost_usd = usage_cost_usd + %(cost)s,
+        updated_at = now()
+    FROM r
+    WHERE sessions_app_session.id = r.session_id AND %(n)s > 0
+      AND writer_run_id = %(run)s AND writer_token = %(token)s
+    RETURNING sessions_app_session.id AS id, sessions_app_session.tenant_id AS tenant_id,
+              sessions_app_session.base_len + sessions_app_session.own_len AS new_len
+), ch AS (
+    INSERT INTO sessions_app_chunk
+        (tenant_id, session_id, seq, role, kind, content, agent, run_id, step, tool_call_id,
+         usage, trust, branch, created_at)
+    SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
+           v.run_id, v.step, v.tool_call_id, v.usage, v.trust, v.branch, now()
+    FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
+        ord int, role text, kind text, content jsonb, agent text, run_id uuid, step text,
+        tool_call_id text, usage jsonb, trust text, branch text)
+    RETURNING seq
+), c AS (
+    INSERT INTO runs_app_checkpoint
+        (run_id, seq, step, next_nodes, "full", state, state_digest, session_id, session_len,
+         fencing_token, attempt, created_at)
+    SELECT r.id, r.checkpoint_seq, %(step)s, %(next_nodes)s::jsonb, %(full)s, %(state)s::jsonb,
+           %(digest)s, r.session_id, r.session_len, %(token)s, %(attempt)s, now()
+    FROM r
+    RETURNING seq
+)
+INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
+SELECT r.id, r.event_seq, %(event)s, %(step)s,
+       (%(event_data)s::jsonb || jsonb_build_object('checkpoint', c.seq,
+                                                    'chunks', (SELECT count(*) FROM ch))),
+       now()
+FROM r, c
+RETURNING seq, (SELECT session_id FROM r), (SELECT session_len FROM r)
+"""
+
+
+_PG_FINISH_SQL = """
+WITH r AS (
+    UPDATE runs_app_run
+    SET status = 'succeeded',
+        checkpoint_seq = checkpoint_seq + 1,
+        event_seq = event_seq + 2,
+        next_nodes = '[]'::jsonb,
+        attempt = 1,
+        session_len = COALESCE((SELECT s.base_len + s.own_len FROM sessions_app_session s
+                                WHERE s.id = runs_app_run.session_id), 0) + %(n)s,
+        state = %(whole_state)s::jsonb,
+        output = %(whole_state)s::jsonb,
+        state_seq = checkpoint_seq + 1,
+        fanout = NULL,
+        lease_owner = '',
+        lease_expires_at = NULL,
+        finished_at = now(),
+        updated_at = now()
+    WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
+      AND (%(n)s = 0 OR EXISTS (
+          SELECT 1 FROM sessions_app_session ws WHERE ws.id = runs_app_run.session_id
+          AND ws.writer_run_id = %(run)s AND ws.writer_token = %(token)s))
+    RETURNING id, checkpoint_seq, event_seq, session_id, session_len, parent_id
+), s AS (
+    UPDATE sessions_app_session
+    SET own_len = own_len + %(n)s,
+        usage_prompt_tokens = usage_prompt_tokens + %(prompt)s,
+        usage_completion_tokens = usage_completion_tokens + %(completion)s,
+        usage_total_tokens = usage_total_tokens + %(total)s,
+        usage_cost_usd = usage_cost_usd + %(cost)s,
+        writer_run_id = NULL,
+        writer_token = NULL,
+        updated_at = now()
+    FROM r
+    WHERE sessions_app_session.id = r.session_id
+      AND writer_run_id = %(run)s AND writer_token = %(token)s
+    RETURNING sessions_app_session.id AS id, sessions_app_session.tenant_id AS tenant_id,
+              sessions_app_session.base_len + sessions_app_session.own_len AS new_len
+), ch AS (
+    INSERT INTO sessions_app_chunk
+        (tenant_id, session_id, seq, role, kind, content, agent, run_id, step, tool_call_id,
+         usage, trust, branch, created_at)
+    SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
+           v.run_id, v.step, v.tool_call_id, v.usage, v.trust, v.branch, now()
+    FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
+        ord int, role text, kind text, content jsonb, agent text, run_id uuid, step text,
+        tool_call_id text, usage jsonb, trust text, branch text)
+    RETURNING seq
+), c AS (
+    INSERT INTO runs_app_checkpoint
+        (run_id, seq, step, next_nodes, "full", state, state_digest, session_id, session_len,
+         fencing_token, attempt, created_at)
+    SELECT r.id, r.checkpoint_seq, %(step)s, '[]'::jsonb, %(full)s, %(state)s::jsonb,
+           %(digest)s, r.session_id, r.session_len, %(token)s, %(attempt)s, now()
+    FROM r
+    RETURNING seq
+)
+INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
+SELECT r.id, r.event_seq - 1, %(event)s, %(step)s,
+       (%(event_data)s::jsonb || jsonb_build_object('checkpoint', c.seq,
+                                                    'chunks', (SELECT count(*) FROM ch))),
+       now()
+FROM r, c
+UNION ALL
+SELECT r.id, r.event_seq, 'run.succeeded', '', jsonb_build_object('checkpoint', c.seq), now()
+FROM r, c
+RETURNING seq, (SELECT session_id FROM r), (SELECT session_len FROM r),
+          (SELECT parent_id FROM r)
+"""
+
+
+def _chunk_records(drafts: list[ChunkDraft]) -> str:
+    return json.dumps(
+        [
+            {
+                "ord": i,
+                "role": d.role,
+                "kind": d.kind,
+                "content": d.content,
+                "agent": d.agent,
+                "run_id": d.run_id,
+                "step": d.step,
+                "tool_call_id": d.tool_call_id,
+                "usage": d.usage,
+                "trust": d.trust,
+                "branch": d.branch,
+            }
+            for i, d in enumerate(drafts)
+        ]
+    )
+
+
+def _pg_commit(
+    claim: Claim,
+    commit: StepCommit,
+    stored_state: Any,
+    full: bool,
+    state_digest: str,
+    event_data: dict[str, Any],
+) -> int:
+    """The step's chunks, checkpoint and event (and, for the last step, the run's end) in one
+    prepared statement, committed on its own: one round trip. Returns the step event's seq."""
+    import psycopg
+
+    drafts = commit.chunks
+    totals = usage_totals(drafts)
+    params = {
+        "run": claim.run_id,
+        "token": claim.token,
+        "lease": _lease_seconds(),
+        "next_nodes": json.dumps(commit.next_nodes),
+        "step": commit.step,
+        "full": full,
+        "state": json.dumps(stored_state),
+        "digest": state_digest,
+        "attempt": commit.attempt,
+        "event": commit.event,
+        "event_data": json.dumps(event_data),
+        "n": len(drafts),
+        "prompt": int(totals["prompt_tokens"]),
+        "completion": int(totals["completion_tokens"]),
+        "total": int(totals["total_tokens"]),
+        "cost": Decimal(str(totals["cost_usd"])),
+        "chunks": _chunk_records(drafts),
+    }
+    finishing = commit.finish == "succeeded"
+    if finishing:
+        check_transition("running", "succeeded")
+        params["whole_state"] = canonical(commit.state)
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(_PG_FINISH_SQL if finishing else _PG_COMMIT_SQL, params, prepare=True)
+        rows = cursor.fetchall()
+    if not rows:
+        raise StaleLease(
+            "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
+        )
+    session_id, session_len = rows[0][1], int(rows[0][2])
+    for row in rows:
+        streaming.run_event_committed(claim.run_id, int(row[0]))
+    if drafts:
+        streaming.chunks_committed(session_id, (session_len - len(drafts), session_len - 1))
+    if finishing and rows[0][3] is not None:
+        branch_finished(Run(id=claim.run_id, parent_id=rows[0][3]))
+    return min(int(row[0]) for row in rows)
+
+
+def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) -> int:
+    """Commit a step: its held chunks, its checkpoint (state delta, session reference, next
+    nodes) and its event, fenced by the lease. Returns the new checkpoint's sequence;
+    :class:`StaleLease` when the lease is gone (nothing is written). ``checkpoint_seq`` is the
+    last one this worker wrote.
+
+    On PostgreSQL this is one prepared statement (one round trip, committed on its own);
+    elsewhere one short transaction.
+    """
+    state = commit.state
+    state_json = canonical(state)
+    seq = checkpoint_seq + 1
+    full = seq % KEYFRAME_EVERY == 1 or checkpoint_seq == 0
+    stored_state: Any = state
+    if not full:
+        stored_state = diff(commit.previous_state, state)
+        if len(canonical(stored_state)) >= len(state_json):
+            stored_state, full = state, True
+    state_digest = hashlib.sha256(state_json.encode()).hexdigest()
+    event_data = dict(commit.event_data or {})
+    event_data.setdefault("attempt", commit.attempt)
+    event_data.setdefault("next", commit.next_nodes)
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        _pg_commit(claim, commit, stored_state, full, state_digest, event_data)
+        return seq
+    if commit.finish is not None:
+        return _finish_with_checkpoint(claim, commit, stored_state, full, event_data)
+    with transaction.atomic():
+        _write_held_chunks(claim, commit.chunks)
+        session_id = Run.objects.filter(id=claim.run_id).values_list("session_id", flat=True)
+        session_len = _session_length(session_id.first())
+        updated = Run.objects.filter(
+            id=claim.run_id, fencing_token=claim.token, status="running"
+        ).update(
+            checkpoint_seq=F("checkpoint_seq") + 1,
+            event_seq=F("event_seq") + 1,
+            next_nodes=commit.next_nodes,
+            attempt=1,
+            session_len=session_len,
+            lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()),
+            updated_at=timezone.now(),
+        )
+        if not updated:
+            raise StaleLease(
+                "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
+            )
+        run = Run.objects.values("checkpoint_seq", "event_seq", "session_id").get(id=claim.run_id)
+        Checkpoint.objects.create(
+            run_id=claim.run_id,
+            seq=run["checkpoint_seq"],
+            step=commit.step,
+            next_nodes=commit.next_nodes,
+            full=full,
+            state=stored_state,
+            state_digest=state_digest,
+            session_id=run["session_id"],
+            session_len=session_len,
+            fencing_token=claim.token,
+            attempt=commit.attempt,
+        )
+        event_data["checkpoint"] = run["checkpoint_seq"]
+        event_data["chunks"] = len(commit.chunks)
+        RunEvent.objects.create(
+            run_id=claim.run_id,
+            seq=run["event_seq"],
+            type=commit.event,
+            step=commit.step,
+            data=event_data,
+        )
+        _publish_event(claim.run_id, run["event_seq"])
+        return int(run["checkpoint_seq"])
+
+
+def _write_held_chunks(claim: Claim, drafts: list[ChunkDraft]) -> None:
+    """Inside the commit's transaction: the chunks the step held, under the lease's fence."""
+    if not drafts:
+        return
+    row = Run.objects.filter(id=claim.run_id).values("session_id", "tenant_id").first()
+    if row is None or row["session_id"] is None:
+        raise StaleLease("the run has no working session")
+    session = Session(id=row["session_id"], tenant_id=row["tenant_id"])
+    session_services.append_now(session, drafts, session_context.Fence(claim.run_id, claim.token))
+
+
+def _session_length(session_id: uuid.UUID | None) -> int:
+    if session_id is None:
+        return 0
+    row = Session.objects.filter(id=session_id).values("base_len", "own_len").first()
+    return int(row["base_len"] + row["own_len"]) if row else 0
+
+
+def _finish_with_checkpoint(
+    claim: Claim, commit: StepCommit, stored_state: Any, full: bool, event_data: dict[str, Any]
+) -> int:
+    """The last step: its checkpoint and the final status in one transaction."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=claim.run_id)
+        if run.fencing_token != claim.token or run.status != "running":
+            raise StaleLease(
+                "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
+            )
+        assert commit.finish is not None
+        _write_held_chunks(claim, commit.chunks)
+        event_data["chunks"] = len(commit.chunks)
+        check_transition(run.status, commit.finish)
+        run.checkpoint_seq += 1
+        run.session_len = _session_length(run.session_id)
+        Checkpoint.objects.create(
+            run_id=run.id,
+            seq=run.checkpoint_seq,
+            step=commit.step,
+            next_nodes=[],
+            full=full,
+            state=stored_state,
+            state_digest=digest(commit.state),
+            session_id=run.session_id,
+            session_len=run.session_len,
+            fencing_token=claim.token,
+            attempt=commit.attempt,
+        )
+        event_data["checkpoint"] = run.checkpoint_seq
+        _add_event(run, commit.event, step=commit.step, data=event_data)
+        now = timezone.now()
+        run.status = commit.finish
+        run.state, run.state_seq = commit.state, run.checkpoint_seq
+        run.output = commit.state
+        run.next_nodes = []
+        run.attempt = 1
+        run.fanout = None
+        run.lease_owner, run.lease_expires_at = "", None
+        run.finished_at = now
+        _add_event(run, f"run.{commit.finish}", data={"checkpoint": run.checkpoint_seq})
+        run.save()
+    _release_session(run)
+    if run.parent_id is not None:
+        branch_finished(run)
+    return run.checkpoint_seq
+
+
+def run_state_at(run: Run, seq: int | None = None) -> dict[str, Any]:
+    """The state after checkpoint ``seq`` (default: the latest), rebuilt from the last full
+    checkpoint and the deltas after it (one query), verified against the stored digest."""
+    from runs_app.state_delta import apply
+
+    target = run.checkpoint_seq if seq is None else seq
+    if target == 0:
+        return dict(run.input)
+    if target == run.state_seq:
+        return dict(run.state)
+    base = (
+        Checkpoint.objects.filter(run=run, seq__lte=target, full=True)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if base is None:
+        raise Conflict(f"checkpoint {target} of run {run.id} cannot be rebuilt")
+    rows = list(
+        Checkpoint.objects.filter(run=run, seq__gte=base, seq__lte=target)
+        .order_by("seq")
+        .values("seq", "full", "state", "state_digest")
+    )
+    state: dict[str, Any] = {}
+    for row in rows:
+        state = dict(row["state"]) if row["full"] else apply(state, row["state"])
+    if digest(state) != rows[-1]["state_digest"]:
+        raise Conflict(f"checkpoint {target} of run {run.id} does not match its digest")
+    return state
+
+
+def run_repoint_session(*, claim: Claim, session: Session, abandoned: Session | None) -> None:
+    """Make ``session`` the run's working session (a fork at the checkpoint after a crashed
+    attempt, or the merge of a join), fenced by the lease."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=claim.run_id)
+        if run.fencing_token != claim.token or run.status != "running":
+            raise StaleLease(
+                "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
+            )
+        previous = run.session_id
+        run.session = session
+        run.session_len = session.length
+        _add_event(
+            run,
+            "session.switched",
+            data={
+                "from": str(previous) if previous else None,
+                "to": str(session.id),
+                "length": session.length,
+                "abandoned": str(abandoned.id) if abandoned else None,
+            },
+        )
+        run.save(update_fields=["session", "session_len", "event_seq", "updated_at"])
+
+
+def branch_complete(*, claim: Claim, state: dict[str, Any], checkpoint_seq: int) -> Run:
+    """A branch reached its join step: it ends here, its state is its result."""
+    return run_transition(
+        run_id=claim.run_id,
+        to="succeeded",
+        event="run.succeeded",
+        token=claim.token,
+        data={"checkpoint": checkpoint_seq, "branch_done": True},
+        changes={"output": state, "state": state, "state_seq": checkpoint_seq, "next_nodes": []},
+    )
+
+
+# --- Stopping points ------------------------------------------------------------------------
+
+
+def run_fail(
+    *,
+    claim: Claim,
+    step: str,
+    error: dict[str, Any],
+    status: str = "failed",
+    state: dict[str, Any] | None = None,
+) -> Run:
+    """The run ends in ``failed`` (or ``timed_out``) with ``error``."""
+    changes: dict[str, Any] = {"error": error}
+    if state is not None:
+        changes.update(state=state)
+    return run_transition(
+        run_id=claim.run_id,
+        to=status,
+        event=f"run.{status}",
+        step=step,
+        data=error,
+        token=claim.token,
+        changes=changes,
+    )
+
+
+def run_schedule_retry(
+    *, claim: Claim, step: str, attempt: int, delay: float, error: dict[str, Any]
+) -> Run:
+    """A failed attempt with attempts left: back to the queue with a durable timer; the lease
+    is released while waiting (no worker sleeps holding it)."""
+    wake_at = timezone.now() + timedelta(seconds=delay)
+    return run_transition(
+        run_id=claim.run_id,
+        to="queued",
+        event="step.retry_scheduled",
+        step=step,
+        data={
+            **error,
+            "attempt": attempt,
+            "next_attempt": attempt + 1,
+            "wake_at": wake_at.isoformat(),
+        },
+        token=claim.token,
+        changes={"attempt": attempt + 1, "wake_at": wake_at},
+    )
+
+
+def run_needs_review(
+    *, run_id: uuid.UUID, reason: str, data: dict[str, Any], token: int | None = None
+) -> Run:
+    return run_transition(
+        run_id=run_id,
+        to="needs_review",
+        event="run.needs_review",
+        data={"reason": reason, **data},
+        token=token,
+        changes={"review_reason": reason[:300]},
+    )
+
+
+def run_cancel(*, run: Run, reason: str = "", actor: str = "") -> Run:
+    """Cancel a run that has not ended, and every branch below it. A worker still executing it
+    loses its lease: its next heartbeat or checkpoint is refused."""
+    if run.status in TERMINAL:
+        raise Conflict(
+            f"the run already ended ({run.status})",
+            code="illegal_transition",
+            details={"status": run.status},
+        )
+    cancelled = run_transition(
+        run_id=run.id,
+        to="cancelled",
+        event="run.cancelled",
+        data={"reason": reason, "by": actor},
+        expect=sorted(ACTIVE),
+    )
+    for child in Run.objects.filter(parent=run).exclude(status__in=TERMINAL):
+        with contextlib.suppress(Conflict):  # ended meanwhile
+            run_cancel(run=child, reason=f"parent {run.id} cancelled", actor=actor)
+    return cancelled
+
+
+def run_resume(
+    *,
+    run: Run,
+    reason: str,
+    actor: str = "",
+    accept_plan: str | None = None,
+    registered: RegisteredWorkflow | None = None,
+) -> Run:
+    """An operator sends a ``needs_review`` run back to the queue (audited by the caller).
+
+    After plan drift, ``accept_plan`` (the new plan's hash) re-pins the run to the code as it
+    is now; without it the run would stop again at once.
+    """
+    if not reason.strip():
+        raise ValidationFailed(
+            "a reason is required to resume a run", details={"reason": ["required"]}
+        )
+    changes: dict[str, Any] = {"review_reason": "", "wake_at": None}
+    data: dict[str, Any] = {"reason": reason, "by": actor}
+    if accept_plan:
+        if registered is None or registered.plan.hash != accept_plan:
+            raise ValidationFailed(
+                "accept_plan must be the hash of the workflow's current plan",
+                details={"accept_plan": ["not the current plan"]},
+            )
+        changes["plan"] = plan_store(registered.plan)
+        data["plan"] = {"from": run.plan_id, "to": accept_plan}
+    return run_transition(
+        run_id=run.id,
+        to="queued",
+        event="run.resumed",
+        data=data,
+        expect=["needs_review"],
+        changes=changes,
+    )
+
+
+# --- Branches (fan-out / join) -----------------------------------------------------------------
+
+
+def fanout_start(
+    *,
+    claim: Claim,
+    run: Run,
+    router: str,
+    branches: Sequence[str],
+    join: str,
+    state: dict[str, Any],
+    checkpoint_seq: int,
+    previous_state: dict[str, Any],
+    attempt: int,
+    chunks: list[ChunkDraft] | None = None,
+) -> list[Run]:
+    """Run the branches in parallel: one child run per branch, each on a fork of the working
+    session; the parent waits (lease released) until they all end."""
+    seq = checkpoint_commit(
+        claim=claim,
+        commit=StepCommit(
+            step=router,
+            state=state,
+            previous_state=previous_state,
+            next_nodes=[join],
+            attempt=attempt,
+            event="router.decided",
+            event_data={"choice": list(branches), "fanout": True},
+            chunks=chunks or [],
+        ),
+        checkpoint_seq=checkpoint_seq,
+    )
+    children: list[Run] = []
+    with transaction.atomic():
+        parent = Run.objects.select_for_update().get(id=run.id)
+        if parent.fencing_token != claim.token or parent.status != "running":
+            raise StaleLease("the run's lease is no longer this worker's")
+        if parent.session is None:
+            raise Conflict("the run has no working session to branch from")
+        for name in branches:
+            child_id = uuid.uuid4()
+            with session_context.writing(actor=f"run:{run.id}", run_id=child_id, step=name):
+                branch_session = session_services.session_fork(
+                    session=parent.session,
+                    title=f"branch {name}",
+                    metadata={"run": str(child_id), "branch": name},
+                )
+            child = Run.objects.create(
+                id=child_id,
+                tenant_id=parent.tenant_id,
+                project_id=parent.project_id,
+                workflow=parent.workflow,
+                plan_id=parent.plan_id,
+                status="queued",
+                input=state,
+                state=state,
+                session=branch_session,
+                session_len=branch_session.length,
+                parent=parent,
+                branch=name,
+                join_step=join,
+                priority=parent.priority,
+                deadline=parent.deadline,
+                next_nodes=[name],
+                created_by=f"run:{run.id}",
+                event_seq=1,
+            )
+            RunEvent.objects.create(
+                run=child,
+                seq=1,
+                type="run.created",
+                data={"parent": str(parent.id), "branch": name},
+            )
+            dispatch.on_commit(child.id)
+            children.append(child)
+        check_transition(parent.status, "waiting")
+        parent.status = "waiting"
+        parent.lease_owner, parent.lease_expires_at = "", None
+        parent.state, parent.state_seq = state, seq
+        parent.fanout = {
+            "router": router,
+            "join": join,
+            "branches": list(branches),
+            "children": [str(c.id) for c in children],
+        }
+        _add_event(
+            parent,
+            "branches.started",
+            step=router,
+            data={
+                "branches": list(branches),
+                "join": join,
+                "children": [str(c.id) for c in children],
+            },
+        )
+        parent.save()
+    _release_session(parent)
+    return children
+
+
+def fanout_clear(*, claim: Claim) -> None:
+    """The join step committed: the fan-out is over."""
+    Run.objects.filter(id=claim.run_id, fencing_token=claim.token, status="running").update(
+        fanout=None
+    )
+
+
+def branch_finished(child: Run) -> None:
+    """A branch ended: when every branch of its fan-out has, wake the parent (all succeeded)
+    or fail it, cancelling the branches still going (one failed)."""
+    with transaction.atomic():
+        assert child.parent_id is not None
+        parent = Run.objects.select_for_update().get(pk=child.parent_id)
+        fanout = parent.fanout or {}
+        if parent.status != "waiting" or str(child.id) not in fanout.get("children", []):
+            return
+        siblings = list(Run.objects.filter(id__in=fanout["children"]))
+        failed = [s for s in siblings if s.status in TERMINAL and s.status != "succeeded"]
+        pending = [s for s in siblings if s.status not in TERMINAL]
+    if failed:
+        first = failed[0]
+        for sibling in pending:
+            with contextlib.suppress(Conflict):
+                run_cancel(run=sibling, reason=f"branch {first.branch} {first.status}")
+        with contextlib.suppress(Conflict):  # another branch got there first
+            run_transition(
+                run_id=parent.id,
+                to="failed",
+                event="run.failed",
+                step=fanout["join"],
+                expect=["waiting"],
+                data={
+                    "reason": f"branch {first.branch!r} {first.status}",
+                    "branch_run": str(first.id),
+                },
+                changes={
+                    "error": {
+                        "type": "BranchFailed",
+                        "message": f"branch {first.branch!r} {first.status}",
+                        "step": first.branch,
+                        "branch_error": first.error,
+                    }
+                },
+            )
+        return
+    if pending:
+        return
+    with contextlib.suppress(Conflict):
+        run_transition(
+            run_id=parent.id,
+            to="queued",
+            event="branches.joined",
+            step=fanout["join"],
+            expect=["waiting"],
+            data={"children": fanout["children"]},
+        )
+
+
+# --- Reconciler ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Reconciled:
+    expired_leases: int = 0
+    expired_interrupts: int = 0
+    timed_out: int = 0
+    dispatched: int = 0
+    failed_crashes: int = 0
+
+
+def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reconciled:
+    """Requeue runs whose lease expired, time out runs past their deadline, and dispatch
+    claimable runs the broker may not know about. Safe to run anywhere, any number of times."""
+    now = now or timezone.now()
+    result = Reconciled()
+    for run in Run.objects.filter(status="running", lease_expires_at__lt=now).only(
+        "id", "attempt", "fencing_token", "next_nodes", "plan_id"
+    )[:1000]:
+        attempt = run.attempt + 1
+        try:
+            if attempt > _max_attempts(run) + MAX_CRASH_ATTEMPTS - 1:
+                run_transition(
+                    run_id=run.id,
+                    to="failed",
+                    event="run.failed",
+                    token=run.fencing_token,
+                    lease_expired_before=now,
+                    data={"reason": "worker lost too many times", "attempt": run.attempt},
+                    changes={
+                        "error": {
+                            "type": "WorkerLost",
+                            "message": f"the worker died {run.attempt} times",
+                        }
+                    },
+                )
+                result.failed_crashes += 1
+            else:
+                run_transition(
+                    run_id=run.id,
+                    to="queued",
+                    event="lease.expired",
+                    token=run.fencing_token,
+                    lease_expired_before=now,
+                    data={"attempt": run.attempt, "next_attempt": attempt},
+                    changes={"attempt": attempt},
+                )
+                result.expired_leases += 1
+        except (StaleLease, Conflict):
+            continue  # renewed or finished meanwhile
+    for run in Run.objects.filter(deadline__lt=now).exclude(status__in=TERMINAL).only("id")[:1000]:
+        try:
+            run_transition(
+                run_id=run.id,
+                to="timed_out",
+                event="run.timed_out",
+                expect=["queued", "waiting", "needs_review"],
+                data={"reason": "deadline passed"},
+                changes={"error": {"type": "DeadlineExceeded", "message": "deadline passed"}},
+            )
+            result.timed_out += 1
+        except Conflict:
+            continue  # running: its worker's watchdog stops it
+    from runs_app.interrupts import interrupts_expire
+
+    result.expired_interrupts = interrupts_expire(now=now)
+    due = list(
+        Run.objects.filter(status="queued")
+        .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=30)))
+        .order_by("-priority", "created_at")
+        .values_list("id", flat=True)[:dispatch_limit]
+    )
+    if due:
+        Run.objects.filter(id__in=due).update(dispatched_at=now)
+        for run_id in due:
+            dispatch.send(run_id)
+        result.dispatched = len(due)
+    return result
+
+
+def _max_attempts(run: Run) -> int:
+    plan = WorkflowPlan.objects.filter(hash=run.plan_id).values_list("definition", flat=True)
+    definition = plan.first() or {}
+    nodes = {n["id"]: n for n in definition.get("nodes", [])}
+    node = nodes.get(run.next_nodes[0]) if run.next_nodes else None
+    return int(node["retry"]["max_attempts"]) if node else 1

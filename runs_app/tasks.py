@@ -1,0 +1,36 @@
+"""Celery tasks: thin, id-based, safe to run twice (only the lease holder executes)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from celery import shared_task
+
+from runs_app import services
+from runs_app.executor import run_one
+from runs_app.registration import workflows
+from runs_app.worker import worker_name
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="runs_app.tasks.execute_run", acks_late=True, ignore_result=True)
+def execute_run(run_id: str) -> str:
+    """Claim the run if it is claimable and execute it; a no-op for a duplicate delivery."""
+    outcome = run_one(
+        worker_name("celery"), registry=workflows(), run_id=uuid.UUID(run_id), process_mode=True
+    )
+    return outcome.status if outcome is not None else "not-claimable"
+
+
+@shared_task(name="runs_app.tasks.reconcile", ignore_result=True)
+def reconcile() -> dict[str, int]:
+    """Requeue expired leases, time out past deadlines, dispatch claimable runs."""
+    result = services.reconcile()
+    return {
+        "expired_leases": result.expired_leases,
+        "timed_out": result.timed_out,
+        "dispatched": result.dispatched,
+        "failed_crashes": result.failed_crashes,
+    }
