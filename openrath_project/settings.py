@@ -138,6 +138,11 @@ def _database(url: str) -> dict[str, Any]:
         config.setdefault("OPTIONS", {})
         config["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", 5))
         config["OPTIONS"].setdefault("application_name", env.str("DATABASE_APP_NAME", "openrath"))
+        # Server-side prepared statements for the runtime's hot statements (claim, step commit);
+        # Django's own queries bind client-side and never prepare. Turn off behind a pooler in
+        # transaction mode (PgBouncer before 1.21): DATABASE_PREPARED_STATEMENTS=false.
+        if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
+            config["OPTIONS"].setdefault("prepare_threshold", 5)
     return config
 
 

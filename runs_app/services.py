@@ -382,13 +382,16 @@ def lease_claim(*, worker: str, run_id: uuid.UUID | None = None) -> Claim | None
 
 def _pg_claim(worker: str, run_id: uuid.UUID | None) -> Claim | None:
     import psycopg
+    from psycopg.types.numeric import Int8
 
     check_transition("queued", "running")
     sql = _PG_CLAIM_SQL.format(only="AND id = %(run)s" if run_id is not None else "")
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
-            sql, {"worker": worker[:200], "lease": _lease_seconds(), "run": run_id}, prepare=True
+            sql,
+            {"worker": worker[:200], "lease": Int8(_lease_seconds()), "run": run_id},
+            prepare=True,
         )
         row = cursor.fetchone()
     if row is None:
@@ -453,7 +456,6 @@ WITH r AS (
         attempt = 1,
         session_len = COALESCE((SELECT s.base_len + s.own_len FROM sessions_app_session s
                                 WHERE s.id = runs_app_run.session_id), 0) + %(n)s,
-        lease_expires_at = now() + make_interval(secs => %(lease)s),
         updated_at = now()
     WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
       AND (%(n)s = 0 OR EXISTS (
@@ -605,25 +607,27 @@ def _pg_commit(
     """The step's chunks, checkpoint and event (and, for the last step, the run's end) in one
     prepared statement, committed on its own: one round trip. Returns the step event's seq."""
     import psycopg
+    from psycopg.types.numeric import Int8
 
     drafts = commit.chunks
     totals = usage_totals(drafts)
+    # Integers go as int8 whatever their size: psycopg would otherwise pick int2/int4/int8 by
+    # value, and every new combination of types would be a new prepared statement.
     params = {
         "run": claim.run_id,
-        "token": claim.token,
-        "lease": _lease_seconds(),
+        "token": Int8(claim.token),
         "next_nodes": json.dumps(commit.next_nodes),
         "step": commit.step,
         "full": full,
         "state": json.dumps(stored_state),
         "digest": state_digest,
-        "attempt": commit.attempt,
+        "attempt": Int8(commit.attempt),
         "event": commit.event,
         "event_data": json.dumps(event_data),
-        "n": len(drafts),
-        "prompt": int(totals["prompt_tokens"]),
-        "completion": int(totals["completion_tokens"]),
-        "total": int(totals["total_tokens"]),
+        "n": Int8(len(drafts)),
+        "prompt": Int8(int(totals["prompt_tokens"])),
+        "completion": Int8(int(totals["completion_tokens"])),
+        "total": Int8(int(totals["total_tokens"])),
         "cost": Decimal(str(totals["cost_usd"])),
         "chunks": _chunk_records(drafts),
     }
