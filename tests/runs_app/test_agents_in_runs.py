@@ -17,8 +17,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_writing_tool_runs_once_across_a_retry(registry, project):
     durable.APPENDED.clear()
-    run, _ = services.run_create(project=project, workflow=registry.get("agent_step"),
-                                 user_message="write hello")
+    run, _ = services.run_create(
+        project=project, workflow=registry.get("agent_step"), user_message="write hello"
+    )
     first_session = run.session_id
     done = drive(registry, run.id)
     assert done.status == "succeeded"
@@ -29,8 +30,12 @@ def test_writing_tool_runs_once_across_a_retry(registry, project):
     assert (effect.status, effect.attempts) == ("succeeded", 1)
     assert effect.request["args"] == ["append_line", '{"line": "hello"}']
     view = [(c.role, c.kind, c.agent) for c in chunk_all(done.session_id)]
-    assert view == [("user", "message", ""), ("assistant", "tool_call", "writer"),
-                    ("tool", "tool_result", "writer"), ("assistant", "message", "writer")]
+    assert view == [
+        ("user", "message", ""),
+        ("assistant", "tool_call", "writer"),
+        ("tool", "tool_result", "writer"),
+        ("assistant", "message", "writer"),
+    ]
     result = chunk_all(done.session_id)[2]
     assert result.content["output"] == {"ok": True, "lines": 1}
     # the abandoned first attempt is kept, on the session the retry forked away from

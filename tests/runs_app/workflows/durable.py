@@ -219,14 +219,21 @@ def append_line(line: str) -> dict:
 class AgentStep(flow.Workflow):
     name = "agent_step"
 
-    @flow.step(entry=True, effects="idempotent",
-               retry=flow.RetryPolicy(max_attempts=2, base_seconds=0.05, max_seconds=0.05))
+    @flow.step(
+        entry=True,
+        effects="idempotent",
+        retry=flow.RetryPolicy(max_attempts=2, base_seconds=0.05, max_seconds=0.05),
+    )
     def work(self, state, ctx):
         provider = flow.Provider(
             "scripted",
             fixture=[
-                {"text": None, "tool_calls": [{"id": "c1", "name": "append_line",
-                                               "arguments": {"line": "hello"}}]},
+                {
+                    "text": None,
+                    "tool_calls": [
+                        {"id": "c1", "name": "append_line", "arguments": {"line": "hello"}}
+                    ],
+                },
                 {"text": "done"},
             ],
         )
