@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,3 +98,20 @@ def write_section(key: str, title: str, body: str, command: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
     RESULTS.write_text(text)
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """``manage.py <args>`` in a fresh interpreter with ``env``; its last line of output.
+    Raises with the command's stderr when it fails."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
+    lines = result.stdout.strip().splitlines()
+    return lines[-1] if lines else ""

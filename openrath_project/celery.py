@@ -6,13 +6,16 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, worker_init
+from celery.signals import beat_init, worker_init, worker_process_init
+
+from openrath_project.celery_metrics import install_metrics_option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openrath_project.settings")
 
 app = Celery("openrath")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+install_metrics_option(app)  # worker --metrics-port
 
 
 @worker_init.connect
@@ -20,6 +23,16 @@ def _refuse_unmigrated_worker(**kwargs: Any) -> None:
     from openrath_project.startup import require_migrations_applied
 
     require_migrations_applied("the Celery worker")
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _install_stream_publisher(**kwargs: Any) -> None:
+    # Committed chunks and run events become WebSocket hints (Redis layer only: an in-memory
+    # layer in a worker reaches no consumer). Idempotent; a prefork child starts its own thread.
+    from openrath_project.publisher import install_publisher
+
+    install_publisher(shared_layer_only=True)
 
 
 @beat_init.connect

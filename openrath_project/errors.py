@@ -84,6 +84,14 @@ class RateLimited(DomainError):
         self.retry_after = max(1, int(retry_after))
 
 
+class ArtifactStoreUnavailable(DomainError):
+    """The artifact storage (S3 or the local directory) did not answer or refused the request;
+    the caller may retry later. Never the caller's fault, so never a 4xx."""
+
+    status_code = 503
+    code = "storage_unavailable"
+
+
 class IllegalTransition(Conflict):
     """A state machine was asked for a transition its table does not allow."""
 

@@ -56,6 +56,9 @@ class ContextFilter(logging.Filter):
         request = getattr(record, "request", None)  # django.request logs after the middleware
         if "request_id" not in ctx and getattr(request, "request_id", None):
             ctx = {**ctx, "request_id": request.request_id}  # type: ignore[union-attr]
+        principal = getattr(request, "principal", None)  # logged after the context was reset
+        if "tenant" not in ctx and principal is not None:
+            ctx = {**ctx, "tenant": str(principal.tenant_id)}
         for name in CONTEXT_FIELDS:
             if not hasattr(record, name):
                 setattr(record, name, ctx.get(name, "-"))

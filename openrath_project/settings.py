@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "openrath_project.tenancy",
+    "openrath_project.console",
     "sessions_app",
     "runs_app",
     "effects_app",
@@ -77,6 +78,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so the request duration it records includes every other middleware.
+    "openrath_project.metrics.HttpMetricsMiddleware",
     "openrath_project.middleware.RequestIdMiddleware",
     # Outside everything that can answer early (the size limit), so those answers are audited too.
     "openrath_project.middleware.AuditMiddleware",
@@ -143,6 +146,18 @@ def _database(url: str) -> dict[str, Any]:
         # transaction mode (PgBouncer before 1.21): DATABASE_PREPARED_STATEMENTS=false.
         if env.bool("DATABASE_PREPARED_STATEMENTS", default=True):
             config["OPTIONS"].setdefault("prepare_threshold", 5)
+        # The ASGI server runs each request's sync code on a thread of its own, so persistent
+        # per-thread connections pile up until PostgreSQL refuses more (measured: 20 concurrent
+        # clients exhausted max_connections=100). The web process therefore uses one bounded
+        # psycopg pool instead; workers keep their persistent per-thread connections.
+        if env.bool("DATABASE_POOL", default=os.environ.get("OPENRATH_PROCESS") == "asgi"):
+            config["CONN_MAX_AGE"] = 0
+            config["OPTIONS"]["pool"] = {
+                "min_size": env.int("DATABASE_POOL_MIN_SIZE", default=2),
+                "max_size": env.int("DATABASE_POOL_MAX_SIZE", default=16),
+                # Waiting longer than this for a free connection is a 503 with Retry-After.
+                "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+            }
     return config
 
 
@@ -177,8 +192,21 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
 # Assets installed from a package registry at set-up time (npm), served locally, never a CDN.
-OPENRATH_VENDOR_DIR = Path(env.str("OPENRATH_VENDOR_DIR", default=str(BASE_DIR / "node_modules")))
-STATICFILES_DIRS: list[Any] = []
+# The console's lineage graph uses Cytoscape.js + cytoscape-dagre from
+# openrath_project/console/assets/package.json (`./deploy/bin/install-dev` runs `npm ci` there);
+# only their dist/ directories are served, under /static/vendor/<package>/.
+OPENRATH_VENDOR_DIR = Path(
+    env.str(
+        "OPENRATH_VENDOR_DIR",
+        default=str(BASE_DIR / "openrath_project" / "console" / "assets" / "node_modules"),
+    )
+)
+OPENRATH_VENDOR_PACKAGES = ("cytoscape", "cytoscape-dagre")
+STATICFILES_DIRS: list[Any] = [
+    (f"vendor/{name}", OPENRATH_VENDOR_DIR / name / "dist")
+    for name in OPENRATH_VENDOR_PACKAGES
+    if (OPENRATH_VENDOR_DIR / name / "dist").is_dir()
+]
 if not PRODUCTION:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves finders; it wants a root
 WHITENOISE_USE_FINDERS = not PRODUCTION
@@ -215,6 +243,27 @@ if S3_BUCKET:
             "signature_version": "s3v4",
         },
     }
+if S3_BUCKET:
+    # Bounded network waits, so an S3 outage is reported in seconds (docs/operations.md).
+    from openrath_project.s3config import s3_client_config
+
+    STORAGES["default"]["OPTIONS"]["client_config"] = s3_client_config(
+        connect_timeout=env.float("S3_CONNECT_TIMEOUT", default=3.0),
+        read_timeout=env.float("S3_READ_TIMEOUT", default=30.0),
+        max_attempts=env.int("S3_MAX_ATTEMPTS", default=3),
+    )
+#: Largest artifact (``openrath_project.artifacts``); 413 ``payload_too_large`` beyond it.
+OPENRATH_MAX_ARTIFACT_BYTES = env.int("OPENRATH_MAX_ARTIFACT_BYTES", default=64 * 1024 * 1024)
+#: Top-level run state values longer than this (JSON bytes) are kept as artifacts.
+OPENRATH_STATE_INLINE_BYTES = env.int("OPENRATH_STATE_INLINE_BYTES", default=64 * 1024)
+#: Networks that may scrape ``/metrics`` (comma-separated CIDRs); empty: every address.
+OPENRATH_METRICS_ALLOWED_CIDRS = env.list("OPENRATH_METRICS_ALLOWED_CIDRS", default=[])
+try:
+    from openrath_project.cidrs import parse_cidrs
+
+    parse_cidrs(OPENRATH_METRICS_ALLOWED_CIDRS)
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"OPENRATH_METRICS_ALLOWED_CIDRS: {_exc}") from _exc
 
 # --- Redis, Celery, Channels ------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -234,7 +283,10 @@ OPENRATH_HARD_TIMEOUT_GRACE = env.float("OPENRATH_HARD_TIMEOUT_GRACE", default=1
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
-CELERY_BROKER_CONNECTION_MAX_RETRIES = 1
+# Workers and beat reconnect to the broker for as long as it is away (with 1, a worker exited 2 s
+# into a Redis outage: tests/drills/test_outage_drills.py). Publishing a run hint does not wait
+# on this: dispatch.send() bounds its own retries and the reconciler re-sends what was dropped.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_TIME_LIMIT = env.int("OPENRATH_TASK_TIME_LIMIT", default=6 * 3600)
 CELERY_BEAT_SCHEDULE = {
     "openrath-reconcile": {"task": "runs_app.tasks.reconcile", "schedule": 5.0},
@@ -250,16 +302,41 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, OPENRATH_LEASE_SECONDS * 4)}
 CELERY_TIMEZONE = "UTC"
+# Workers keep LOGGING (JSON lines with run and step) instead of Celery's own root handler.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+            "CONFIG": {
+                # redis-py's pools stop at 100 connections and then raise: a burst of WebSocket
+                # connects (each joins a group) would fail. Redis allows 10000 clients.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": env.int(
+                            "OPENRATH_CHANNELS_REDIS_MAX_CONNECTIONS", default=1000
+                        ),
+                    }
+                ],
+                "capacity": 1500,
+                "expiry": 30,
+            },
         }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# WebSocket streams (docs/streaming.md).
+#: Open streams one principal may hold (4429 beyond it); counted in Redis when REDIS_URL is set.
+OPENRATH_MAX_WS_PER_PRINCIPAL = env.int("OPENRATH_MAX_WS_PER_PRINCIPAL", default=50)
+#: Every this often an open stream re-checks its credentials and scope and re-reads the database.
+OPENRATH_WS_RECHECK_SECONDS = env.float("OPENRATH_WS_RECHECK_SECONDS", default=30.0)
+#: Hints the publisher queues in a process before it drops (and counts) them.
+OPENRATH_WS_HINT_QUEUE = env.int("OPENRATH_WS_HINT_QUEUE", default=10_000)
+#: Threads (so database connections) the WebSocket streams of a process read with.
+OPENRATH_WS_DB_THREADS = env.int("OPENRATH_WS_DB_THREADS", default=8)
 
 # --- API --------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -271,6 +348,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_PAGINATION_CLASS": "openrath_project.api.pagination.CursorPage",
+    "DEFAULT_THROTTLE_CLASSES": ["openrath_project.api.throttling.WriteRateThrottle"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "openrath_project.api.schema.OpenRathAutoSchema",
     "EXCEPTION_HANDLER": "openrath_project.api.exceptions.exception_handler",
@@ -304,6 +382,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "openrath_project.api.schema.strip_database_integer_bounds",
+        "openrath_project.api.schema.strict_request_bodies",
     ],
 }
 
@@ -311,10 +390,17 @@ SPECTACULAR_SETTINGS = {
 OPENRATH_MAX_REQUEST_BYTES = env.int("OPENRATH_MAX_REQUEST_BYTES", default=2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = OPENRATH_MAX_REQUEST_BYTES
 OPENRATH_MAX_PAGE_SIZE = env.int("OPENRATH_MAX_PAGE_SIZE", default=200)
+#: Write rate limit per API token / console user: a token bucket (429 with Retry-After).
+OPENRATH_RATE_LIMIT_WRITES_PER_MINUTE = env.int("OPENRATH_RATE_LIMIT_WRITES_PER_MINUTE", 600)
+OPENRATH_RATE_LIMIT_BURST = env.int("OPENRATH_RATE_LIMIT_BURST", default=120)
 #: Largest content of one chunk (413 beyond it).
 OPENRATH_MAX_CHUNK_BYTES = env.int("OPENRATH_MAX_CHUNK_BYTES", default=256 * 1024)
 
-OPENRATH_WORKFLOW_MODULES = env.list("OPENRATH_WORKFLOW_MODULES", default=[])
+# The embedded profile registers the quickstart's research team (docs/examples.md).
+OPENRATH_WORKFLOW_MODULES = env.list(
+    "OPENRATH_WORKFLOW_MODULES",
+    default=[] if PRODUCTION else ["openrath_project.examples.research_team"],
+)
 ADMIN_PATH = env.str("OPENRATH_ADMIN_PATH", default="admin/").strip("/") + "/"
 
 # --- Security (production) --------------------------------------------------------------------

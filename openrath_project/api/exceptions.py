@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -64,6 +65,15 @@ def response_for(exc: Exception) -> Response | None:
         return Response(
             error_body("payload_too_large", "request body too large"),
             status=413,
+        )
+    if isinstance(exc, OperationalError):
+        # The database refused or dropped the connection, the pool had none free in time, or a
+        # transaction lost a serialization race: nothing was changed, and a retry may succeed.
+        logger.warning("database unavailable: %s", exc)
+        return Response(
+            error_body("database_unavailable", "the database is unavailable; retry shortly"),
+            status=503,
+            headers={"Retry-After": "1"},
         )
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "not found"), status=404)

@@ -25,9 +25,27 @@ class Command(BaseCommand):
         )
         parser.add_argument("--poll", type=float, default=0.5)
         parser.add_argument("--name", default=None)
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve Prometheus metrics on this port (for workers on other machines)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104 - scraped from other machines
+            help="address of --metrics-port (default: all interfaces)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrations_applied("the worker")
+        from openrath_project.publisher import install_publisher
+
+        install_publisher(shared_layer_only=True)  # WebSocket hints (Redis layer only)
+        if options["metrics_port"] is not None:
+            from openrath_project.metrics import start_metrics_server
+
+            start_metrics_server(options["metrics_port"], options["metrics_addr"])
         base = options["name"] or worker_name("db")
         workers = [
             Worker(name=f"{base}-{index}", poll_seconds=options["poll"], process_mode=True)

@@ -1,0 +1,14 @@
+#!/bin/sh
+# Runs once, when the PostgreSQL volume is first initialised (docker-entrypoint-initdb.d):
+# the owner role (migrations) and the runtime role (DML only), as in docs/operations.md.
+# Passwords are passed as psql variables, so no quoting of their characters can break out.
+set -eu
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
+  -v owner_password="$OPENRATH_OWNER_PASSWORD" -v app_password="$OPENRATH_APP_PASSWORD" <<'SQL'
+CREATE ROLE openrath_owner LOGIN PASSWORD :'owner_password';
+CREATE ROLE openrath_app LOGIN PASSWORD :'app_password';
+CREATE DATABASE openrath OWNER openrath_owner;
+\connect openrath
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT CONNECT ON DATABASE openrath TO openrath_app;
+SQL

@@ -1,0 +1,281 @@
+"""The Channels publisher: turns streaming hooks into channel-layer hints, off the writer's path.
+
+:mod:`sessions_app.streaming` calls its listeners synchronously in the writing thread, right
+after a commit. The publisher's listener only puts a small hint on a bounded in-process queue;
+a daemon thread drains the queue and calls ``group_send``. A full queue or an unreachable layer
+drops the hint (and counts it): hints are only hints, a WebSocket consumer re-reads the database
+on the next hint, on its periodic catch-up, or when the client reconnects with ``after=``.
+
+Group messages (``type`` routes them to the consumer's handler):
+
+* ``session.<id>``: ``{"type": "stream.chunks", "first", "last"}`` and
+  ``{"type": "stream.delta", "agent", "turn", "delta"}``
+* ``run.<id>``: ``{"type": "stream.event", "seq"}``
+
+Layers: with Redis (production) the drain thread keeps its own event loop and any process can
+publish. The in-memory layer is not thread-safe and reaches only consumers in this process: the
+drain thread hands each ``group_send`` to the event loop the consumers run on (the last loop a
+consumer registered with :func:`note_consumer_loop`; one loop per process under uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
+
+from sessions_app import streaming
+
+logger = logging.getLogger(__name__)
+
+#: Most hints one drain pass takes off the queue (consecutive hints of a group coalesce).
+DRAIN_BATCH = 500
+#: Longest one ``group_send`` may take before the hint is counted as dropped.
+SEND_TIMEOUT_SECONDS = 2.0
+
+
+def session_group(session_id: object) -> str:
+    """The channel group of a session's stream."""
+    return f"session.{session_id}"
+
+
+def run_group(run_id: object) -> str:
+    """The channel group of a run's stream."""
+    return f"run.{run_id}"
+
+
+@dataclass
+class Hint:
+    group: str
+    message: dict[str, Any]
+    #: How many hook events this hint stands for (coalescing merges several into one).
+    weight: int = 1
+
+
+def hint_for(event: str, payload: dict[str, Any]) -> Hint | None:
+    """The group message for a streaming hook event (``None`` for events it does not carry)."""
+    if event == "chunks":
+        return Hint(
+            session_group(payload["session"]),
+            {"type": "stream.chunks", "first": int(payload["first"]), "last": int(payload["last"])},
+        )
+    if event == "delta":
+        return Hint(
+            session_group(payload["session"]),
+            {
+                "type": "stream.delta",
+                "agent": str(payload["agent"]),
+                "turn": str(payload["turn"]),
+                "delta": str(payload["delta"]),
+            },
+        )
+    if event == "run_event":
+        return Hint(run_group(payload["run"]), {"type": "stream.event", "seq": int(payload["seq"])})
+    return None
+
+
+def coalesce(hints: list[Hint]) -> list[Hint]:
+    """Merge consecutive position hints of one group ("committed up to N" subsumes "up to M"
+    for M <= N). Deltas are never merged or reordered."""
+    out: list[Hint] = []
+    for hint in hints:
+        previous = out[-1] if out else None
+        kind = hint.message["type"]
+        if previous is not None and previous.group == hint.group:
+            if kind == "stream.chunks" and previous.message["type"] == kind:
+                previous.message["first"] = min(previous.message["first"], hint.message["first"])
+                previous.message["last"] = max(previous.message["last"], hint.message["last"])
+                previous.weight += hint.weight
+                continue
+            if kind == "stream.event" and previous.message["type"] == kind:
+                previous.message["seq"] = max(previous.message["seq"], hint.message["seq"])
+                previous.weight += hint.weight
+                continue
+        out.append(Hint(hint.group, dict(hint.message), hint.weight))
+    return out
+
+
+@dataclass
+class PublisherStats:
+    enqueued: int = 0
+    sent: int = 0
+    #: Hints dropped because the queue was full (the writer never waits).
+    dropped_full: int = 0
+    #: Hints dropped because the layer failed, timed out or had no consumer loop to reach.
+    dropped_error: int = 0
+
+
+class HintPublisher:
+    """A ``streaming.subscribe`` listener with a bounded queue and one daemon drain thread.
+
+    Fork-safe: a forked child (Celery prefork) starts its own queue and thread on first use.
+    """
+
+    def __init__(self, *, maxsize: int | None = None, layer_alias: str = "default") -> None:
+        configured: int = getattr(settings, "OPENRATH_WS_HINT_QUEUE", 10_000)
+        self.maxsize = int(maxsize or configured)
+        self.layer_alias = layer_alias
+        self.stats = PublisherStats()
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._queue: queue.Queue[Hint] = queue.Queue(maxsize=self.maxsize)
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self._consumer_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._last_error_log = 0.0
+
+    # --- the writer's side: never blocks, never raises -------------------------------------
+
+    def __call__(self, event: str, payload: dict[str, Any]) -> None:
+        hint = hint_for(event, payload)
+        if hint is None:
+            return
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(hint)
+        except queue.Full:
+            self.stats.dropped_full += 1
+            return
+        self.stats.enqueued += 1
+
+    def _ensure_thread(self) -> None:
+        if self._pid == os.getpid() and self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked child: start afresh
+                self._queue = queue.Queue(maxsize=self.maxsize)
+                self._in_flight = 0
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._drain_forever, name="openrath-hint-publisher", daemon=True
+                )
+                self._thread.start()
+
+    # --- in-memory layer: the loop its consumers live on ------------------------------------
+
+    def note_consumer_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._consumer_loop = weakref.ref(loop)
+
+    # --- the drain thread ---------------------------------------------------------------------
+
+    def _drain_forever(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            first = self._queue.get()
+            batch = [first]
+            while len(batch) < DRAIN_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            with self._idle:
+                self._in_flight += len(batch)
+            try:
+                self._send_batch(loop, batch)
+            except Exception:  # the drain thread must survive anything
+                logger.exception("hint publisher: batch failed")
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+                with self._idle:
+                    self._in_flight -= len(batch)
+                    self._idle.notify_all()
+
+    def _send_batch(self, loop: asyncio.AbstractEventLoop, batch: list[Hint]) -> None:
+        layer = get_channel_layer(self.layer_alias)
+        if layer is None:
+            self.stats.dropped_error += len(batch)
+            return
+        merged = coalesce(batch)
+        if isinstance(layer, InMemoryChannelLayer):
+            self._send_in_consumer_loop(layer, merged)
+        else:
+            loop.run_until_complete(self._send_all(layer, merged))
+
+    async def _send_all(self, layer: BaseChannelLayer, hints: list[Hint]) -> None:
+        for hint in hints:
+            try:
+                await asyncio.wait_for(
+                    layer.group_send(hint.group, hint.message), SEND_TIMEOUT_SECONDS
+                )
+            except Exception as exc:
+                self.stats.dropped_error += hint.weight
+                self._log_send_error(exc)
+            else:
+                self.stats.sent += hint.weight
+
+    def _send_in_consumer_loop(self, layer: InMemoryChannelLayer, hints: list[Hint]) -> None:
+        loop = self._consumer_loop() if self._consumer_loop is not None else None
+        if loop is None or loop.is_closed() or not loop.is_running():
+            # No consumer of this process to reach (or its loop is gone).
+            self.stats.dropped_error += sum(hint.weight for hint in hints)
+            return
+        future = asyncio.run_coroutine_threadsafe(self._send_all(layer, hints), loop)
+        try:
+            # Waiting keeps the queue's back-pressure honest; _send_all counts each hint.
+            future.result(timeout=SEND_TIMEOUT_SECONDS * max(1, len(hints)))
+        except Exception as exc:  # the loop is stuck or went away mid-batch
+            self._log_send_error(exc)
+
+    def _log_send_error(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log > 30:  # a down layer must not flood the log
+            self._last_error_log = now
+            logger.warning("hint publisher: group_send failed (%s); hints are being dropped", exc)
+
+    # --- tests and benchmarks -----------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued hint has been handed to the layer (or dropped)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._queue.unfinished_tasks or self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(min(remaining, 0.05))
+        return True
+
+
+_publisher: HintPublisher | None = None
+_unsubscribe: Callable[[], None] | None = None
+_install_lock = threading.Lock()
+
+
+def install_publisher(*, shared_layer_only: bool = False) -> HintPublisher | None:
+    """Subscribe the publisher to the streaming hooks, once per process.
+
+    ``shared_layer_only``: do nothing when the layer is the in-memory one (a worker process
+    has no WebSocket consumers of its own to reach). Returns the publisher, or ``None``.
+    """
+    global _publisher, _unsubscribe
+    layer = get_channel_layer()
+    if layer is None or (shared_layer_only and isinstance(layer, InMemoryChannelLayer)):
+        return None
+    with _install_lock:
+        if _publisher is None:
+            _publisher = HintPublisher()
+            _unsubscribe = streaming.subscribe(_publisher)
+        return _publisher
+
+
+def installed_publisher() -> HintPublisher | None:
+    return _publisher
+
+
+def note_consumer_loop() -> None:
+    """Called by consumers on connect: the in-memory layer must be used from their loop."""
+    if _publisher is not None:
+        _publisher.note_consumer_loop(asyncio.get_running_loop())
