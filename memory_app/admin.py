@@ -10,11 +10,12 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from memory_app import services
-from memory_app.models import MemoryEntry
+from memory_app.models import MemoryEntry, MemoryStats
+from openrath_project.console.admin_scope import EngineAdmin, TenantScopedAdmin
 
 
 @admin.register(MemoryEntry)
-class MemoryEntryAdmin(admin.ModelAdmin):
+class MemoryEntryAdmin(TenantScopedAdmin):
     list_display = ("id", "project", "scope", "agent", "trust", "short_text", "created_at")
     list_filter = ("scope", "trust", "tenant")
     search_fields = ("text", "agent", "created_by")
@@ -55,3 +56,15 @@ class MemoryEntryAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[MemoryEntry]) -> None:
         for entry in queryset.order_by("id"):
             services.memory_forget(entry=entry)
+
+
+# MemoryTerm (the recall index's postings) has a composite primary key, which the Django admin
+# cannot register; it is derived data, written and deleted with its entry.
+@admin.register(MemoryStats)
+class MemoryStatsAdmin(EngineAdmin):
+    """The BM25 corpus counters: exact, kept by ``F()`` updates, never edited."""
+
+    tenant_path = "project__tenant"
+    list_display = ("id", "project", "place", "entries", "terms")
+    search_fields = ("place",)
+    list_select_related = ("project",)

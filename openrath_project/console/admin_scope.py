@@ -1,0 +1,311 @@
+"""The shared base of every model admin: tenant scoping, read-only engine rows, audited actions.
+
+* :class:`TenantScopedAdmin` restricts the queryset before any admin view or action sees it:
+  superusers see everything, other staff only rows of the tenants they are members of
+  (``tenant_path`` says how a model reaches its tenant). Related choices and list filters are
+  restricted the same way, so tenant names do not leak through a filter or a select.
+* :class:`EngineAdmin` is for rows the runtime owns (runs, events, checkpoints, chunks, ...):
+  no add, no change, no delete; large JSON is deferred in lists and shown read-only and pretty.
+  State changes only through admin actions that call the services.
+* :func:`run_action` applies a service call to each selected row, checks the acting user's
+  grant in that row's tenant, and writes one audit event per row (``audit_record``) with its
+  outcome; the middleware's own row for the request is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, ClassVar, TypeVar
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from openrath_project.api.audit import audit_skip
+from openrath_project.errors import DomainError
+from openrath_project.tenancy.grants import GRANTS
+from openrath_project.tenancy.models import Membership, Project, Tenant
+from openrath_project.tenancy.principal import Principal
+from openrath_project.tenancy.services import audit_record, principal_for_user
+
+M = TypeVar("M", bound=models.Model)
+
+#: Longest JSON shown on an admin page (the API has the rest).
+MAX_JSON_CHARS = 50_000
+
+
+def staff_tenant_ids(request: HttpRequest) -> frozenset[uuid.UUID] | None:
+    """Tenants whose rows this admin user may see: ``None`` for a superuser (all of them)."""
+    user: Any = request.user
+    if user.is_superuser:
+        return None
+    cached = getattr(request, "_openrath_admin_tenants", None)
+    if cached is None:
+        cached = frozenset(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        request._openrath_admin_tenants = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def scope_to_tenants(queryset: QuerySet[M], request: HttpRequest, tenant_path: str) -> QuerySet[M]:
+    """``queryset`` limited to the admin user's tenants (``tenant_path`` = ``""`` for Tenant)."""
+    tenant_ids = staff_tenant_ids(request)
+    if tenant_ids is None:
+        return queryset
+    scoped = queryset.filter(**{f"{tenant_path}__in" if tenant_path else "id__in": tenant_ids})
+    # A reverse relation (a plan reached through its runs) can match a row more than once.
+    return scoped.distinct() if tenant_path.startswith("runs__") else scoped
+
+
+def pretty_json(value: Any) -> SafeString:
+    """A JSON value as an indented, escaped ``<pre>`` (cut at :data:`MAX_JSON_CHARS`)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) > MAX_JSON_CHARS:
+        text = text[:MAX_JSON_CHARS] + f"\n… cut: {len(text) - MAX_JSON_CHARS} more characters"
+    return format_html('<pre class="openrath-json" style="white-space:pre-wrap">{}</pre>', text)
+
+
+#: List filters over these relations only offer values present in the scoped queryset.
+SCOPED_FILTER_FIELDS = ("tenant", "project")
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Base of every model admin: non-superuser staff see only their tenants' rows."""
+
+    #: How the model reaches its tenant: ``"tenant"`` (a direct FK), ``"run__tenant"``, or
+    #: ``""`` for the Tenant model itself.
+    tenant_path: ClassVar[str] = "tenant"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return scope_to_tenants(super().get_queryset(request), request, self.tenant_path)
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [
+            (f, admin.RelatedOnlyFieldListFilter) if f in SCOPED_FILTER_FIELDS else f
+            for f in super().get_list_filter(request)
+        ]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        tenant_ids = staff_tenant_ids(request)
+        if tenant_ids is not None:
+            if db_field.related_model is Tenant:
+                kwargs["queryset"] = Tenant.objects.filter(id__in=tenant_ids)
+            elif db_field.related_model is Project:
+                kwargs["queryset"] = Project.objects.filter(tenant_id__in=tenant_ids)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class EngineAdmin(TenantScopedAdmin):
+    """Rows the runtime owns: read-only, never added or deleted here; big JSON deferred in
+    lists and shown pretty on the detail page."""
+
+    #: JSON fields shown pretty on the detail page and deferred in the list.
+    json_fields: ClassVar[tuple[str, ...]] = ()
+    #: Other large fields left out of the list query.
+    deferred_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, model: type[models.Model], admin_site: admin.AdminSite) -> None:
+        super().__init__(model, admin_site)
+        for name in self.json_fields:
+            setattr(self, f"{name}_json", self._json_display(name))
+
+    @staticmethod
+    def _json_display(name: str) -> Callable[[Any], SafeString]:
+        def show(obj: Any) -> SafeString:
+            return pretty_json(getattr(obj, name))
+
+        return admin.display(description=name.replace("_", " "))(show)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and (match.url_name or "").endswith("_changelist"):
+            deferred = (*self.json_fields, *self.deferred_fields)
+            if deferred:
+                qs = qs.defer(*deferred)
+        return qs
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        names = []
+        for field in self.model._meta.get_fields():
+            if not field.concrete or field.many_to_many or isinstance(field, models.AutoField):
+                continue
+            name = field.name
+            names.append(f"{name}_json" if name in self.json_fields else name)
+        return names
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.get_fields(request, obj))
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --- Actions -----------------------------------------------------------------------------------
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        max_length=500, required=False, widget=forms.TextInput(attrs={"size": 60})
+    )
+
+    def __init__(self, *args: Any, required: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = required
+
+
+def admin_actor(request: HttpRequest) -> str:
+    user: Any = request.user
+    return f"user:{user.get_username()}"
+
+
+def admin_principal(request: HttpRequest, tenant: Tenant) -> Principal | None:
+    """The admin user acting in ``tenant``: a superuser holds every grant; other staff hold
+    their role's grants there (and nothing in a tenant they are not a member of)."""
+    user: Any = request.user
+    if user.is_superuser:
+        return Principal(
+            tenant=tenant,
+            grants=frozenset(GRANTS),
+            project_ids=None,
+            actor=admin_actor(request),
+            user=user,
+            role="superuser",
+        )
+    return principal_for_user(user, tenant_ref=str(tenant.id))
+
+
+def _audit_row(
+    request: HttpRequest,
+    *,
+    action: str,
+    outcome: str,
+    tenant: Tenant,
+    project: Project | None,
+    object_type: str,
+    object_id: str,
+    status_code: int,
+    details: dict[str, Any],
+) -> None:
+    audit_record(
+        actor=admin_actor(request),
+        action=action,
+        outcome=outcome,
+        tenant=tenant,
+        project=project,
+        object_type=object_type,
+        object_id=object_id,
+        status_code=status_code,
+        request_id=getattr(request, "request_id", ""),
+        details=details,
+    )
+
+
+def run_action(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    rows: Iterable[Any],
+    *,
+    action: str,
+    object_type: str,
+    grant: str,
+    apply: Callable[[Any, Principal], dict[str, Any] | None],
+    details: dict[str, Any] | None = None,
+    tenant_of: Callable[[Any], Tenant] = lambda row: row.tenant,
+    project_of: Callable[[Any], Project | None] = lambda row: getattr(row, "project", None),
+    label: Callable[[Any], str] = str,
+) -> None:
+    """Apply ``apply(row, principal)`` to each row and audit each outcome (one row each)."""
+    audit_skip(request)  # the rows below are the audit trail of this request
+    done = 0
+    for row in rows:
+        tenant = tenant_of(row)
+        principal = admin_principal(request, tenant)
+        base = {"via": "admin", **(details or {})}
+
+        record = partial(
+            _audit_row,
+            request,
+            action=action,
+            tenant=tenant,
+            project=project_of(row),
+            object_type=object_type,
+            object_id=str(row.pk),
+        )
+        if principal is None or not principal.has_grant(grant):
+            record(outcome="denied", status_code=403, details={**base, "required_grant": grant})
+            modeladmin.message_user(
+                request, f"{label(row)}: your role may not do this (needs {grant}).", messages.ERROR
+            )
+            continue
+        try:
+            outcome = apply(row, principal) or {}
+        except DomainError as exc:
+            record(
+                outcome="failure",
+                status_code=exc.status_code,
+                details={**base, "error_code": exc.code, "error": exc.message},
+            )
+            modeladmin.message_user(request, f"{label(row)}: {exc.message}", messages.ERROR)
+            continue
+        record(outcome="success", status_code=200, details={**base, **outcome})
+        done += 1
+    if done:
+        modeladmin.message_user(request, f"{action}: done for {done} row(s).", messages.SUCCESS)
+
+
+def reason_action(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    title: str,
+    action_name: str,
+    required: bool,
+    proceed: Callable[[str], None],
+    show_request: bool = False,
+) -> HttpResponse | None:
+    """An action that first asks for a reason on an intermediate page, then ``proceed``s.
+
+    ``show_request``: the page shows each row's request payload and digest (interrupts and
+    effects), so the person deciding sees what the decision is bound to."""
+    if request.POST.get("apply"):
+        form = ReasonForm(request.POST, required=required)
+        if form.is_valid():
+            proceed(form.cleaned_data["reason"].strip())
+            return None
+    else:
+        form = ReasonForm(required=required)
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "opts": opts,
+        "items": [
+            {
+                "obj": obj,
+                "request": pretty_json(obj.request) if show_request else None,
+                "digest": obj.request_digest if show_request else "",
+            }
+            for obj in queryset[:200]
+        ],
+        "form": form,
+        "action_name": action_name,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media,
+    }
+    return TemplateResponse(request, "admin/openrath/action_reason.html", context)

@@ -1,0 +1,73 @@
+"""How the console shows values: pretty JSON and chunks. Pure Python.
+
+A chunk is shown from its API/WebSocket shape (``ChunkOut``), so the server-rendered list and the
+live chunks the browser appends (``static/console/live.js``) show the same things.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: Longest JSON shown in full on a page; beyond it the text is cut (the API has the rest).
+MAX_PRETTY_CHARS = 100_000
+
+
+def pretty(value: Any, *, limit: int = MAX_PRETTY_CHARS) -> str:
+    """Indented JSON (keys in stored order), cut at ``limit`` characters."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) > limit:
+        return text[:limit] + f"\n… cut: {len(text) - limit} more characters"
+    return text
+
+
+def compact(value: Any, *, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def usage_text(usage: Any) -> str:
+    """``"120 in · 45 out · $0.0012"`` for a chunk's usage (empty when there is none)."""
+    if not isinstance(usage, dict):
+        return ""
+    parts = []
+    if usage.get("prompt_tokens") is not None:
+        parts.append(f"{usage['prompt_tokens']} in")
+    if usage.get("completion_tokens") is not None:
+        parts.append(f"{usage['completion_tokens']} out")
+    if not parts and usage.get("total_tokens") is not None:
+        parts.append(f"{usage['total_tokens']} tokens")
+    cost = usage.get("cost_usd")
+    if isinstance(cost, int | float) and cost:
+        parts.append(f"${cost:.4f}")
+    return " · ".join(parts)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else pretty(value)
+
+
+def chunk_view(chunk: dict[str, Any]) -> dict[str, Any]:
+    """Display fields of a chunk in its ``ChunkOut`` shape."""
+    content = chunk.get("content")
+    body: dict[str, Any] = {"kind": "json", "json": pretty(content)}
+    if isinstance(content, dict):
+        kind = chunk.get("kind")
+        if kind in ("message", "summary") and isinstance(content.get("text"), str):
+            body = {"kind": "text", "text": content["text"]}
+        elif kind == "tool_call":
+            body = {
+                "kind": "tool_call",
+                "name": str(content.get("name", "")),
+                "call_id": str(content.get("id", "")),
+                "arguments": pretty(content.get("arguments")),
+            }
+        elif kind == "tool_result":
+            body = {
+                "kind": "tool_result",
+                "name": str(content.get("name", "")),
+                "call_id": str(content.get("tool_call_id", chunk.get("tool_call_id", ""))),
+                "output": _text(content.get("output")),
+                "error": _text(content["error"]) if content.get("error") is not None else "",
+            }
+    return {**chunk, "body": body, "usage_text": usage_text(chunk.get("usage"))}

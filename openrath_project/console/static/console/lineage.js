@@ -1,0 +1,164 @@
+// The lineage graph: Cytoscape.js with the dagre layout (both served by this server).
+// Nodes are sessions coloured by agent, edges are styled by operation; a click opens the
+// session. The first page comes with the page; "Load more" follows the lineage API's `next`.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("lineage-data").textContent);
+  var container = document.getElementById("lineage");
+  if (!container || typeof window.cytoscape !== "function") { return; }
+
+  var PALETTE = ["#2f5fd0", "#1f7a3d", "#b3261e", "#8a5cd0", "#d08a00", "#00838f", "#c2185b",
+                 "#5d4037", "#455a64", "#7cb342", "#f4511e", "#3949ab"];
+  var NO_AGENT = "(no agent)";
+  var OPS = {
+    fork: { color: "#2f5fd0", style: "solid", width: 2 },
+    merge: { color: "#8a5cd0", style: "solid", width: 3 },
+    detach: { color: "#9e9e9e", style: "dotted", width: 2 },
+    compress: { color: "#d08a00", style: "dashed", width: 2 },
+    "import": { color: "#1f7a3d", style: "dashed", width: 2 }
+  };
+  var sessionUrl = container.getAttribute("data-session-url");
+  var agents = {};
+  var pending = [];  // edges whose parent is not loaded yet
+  var next = data.next;
+
+  function agentColor(agent) {
+    if (!(agent in agents)) {
+      agents[agent] = PALETTE[Object.keys(agents).length % PALETTE.length];
+      renderAgentLegend();
+    }
+    return agents[agent];
+  }
+
+  function label(node) {
+    var title = node.title || String(node.id).slice(0, 8);
+    if (title.length > 26) { title = title.slice(0, 25) + "…"; }
+    return title + "\n" + node.op + " · " + node.length;
+  }
+
+  var cy = window.cytoscape({
+    container: container,
+    wheelSensitivity: 0.3,
+    style: [
+      { selector: "node", style: {
+        "background-color": "data(color)", "label": "data(label)", "color": "#1d2330",
+        "font-size": 10, "text-wrap": "wrap", "text-valign": "bottom", "text-margin-y": 4,
+        "width": 26, "height": 26, "border-width": 1, "border-color": "#ffffff"
+      } },
+      { selector: "node.focus", style: { "border-width": 5, "border-color": "#1d2330" } },
+      { selector: "edge", style: {
+        "curve-style": "bezier", "target-arrow-shape": "triangle", "width": "data(width)",
+        "line-color": "data(color)", "target-arrow-color": "data(color)", "line-style": "data(style)",
+        "label": "data(op)", "font-size": 8, "color": "#5f6b7a", "text-rotation": "autorotate"
+      } }
+    ],
+    elements: []
+  });
+
+  function addNodes(nodes) {
+    var added = [];
+    nodes.forEach(function (node) {
+      if (cy.getElementById(node.id).nonempty()) { return; }
+      var agent = node.agent || NO_AGENT;
+      added.push({ group: "nodes", data: {
+        id: node.id, label: label(node), agent: agent, color: agentColor(agent), op: node.op,
+        length: node.length, title: node.title || ""
+      }, classes: node.id === data.session ? "focus" : "" });
+    });
+    cy.add(added);
+  }
+
+  function edgeElement(edge) {
+    var op = OPS[edge.op] || OPS.fork;
+    return { group: "edges", data: {
+      id: "e:" + edge.parent + ":" + edge.child, source: edge.parent, target: edge.child,
+      op: edge.op, color: op.color, style: op.style, width: op.width
+    } };
+  }
+
+  function addEdges(edges) {
+    var waiting = [];
+    var ready = [];
+    pending.concat(edges).forEach(function (edge) {
+      if (cy.getElementById("e:" + edge.parent + ":" + edge.child).nonempty()) { return; }
+      if (cy.getElementById(edge.parent).nonempty() && cy.getElementById(edge.child).nonempty()) {
+        ready.push(edgeElement(edge));
+      } else {
+        waiting.push(edge);
+      }
+    });
+    pending = waiting;
+    cy.add(ready);
+  }
+
+  function relayout() {
+    cy.layout({ name: "dagre", rankDir: "TB", nodeSep: 30, rankSep: 60, fit: true, padding: 24,
+                animate: false }).run();
+    document.getElementById("lineage-count").textContent =
+      cy.nodes().length + " session" + (cy.nodes().length === 1 ? "" : "s") + " loaded" +
+      (next ? " (more to load)" : "");
+    document.getElementById("lineage-more").hidden = !next;
+  }
+
+  function renderAgentLegend() {
+    var legend = document.getElementById("legend-agents");
+    legend.textContent = "";
+    legend.appendChild(document.createTextNode("Agents: "));
+    Object.keys(agents).sort().forEach(function (agent) {
+      var item = document.createElement("span");
+      item.className = "legend-agent";
+      item.setAttribute("data-agent", agent);
+      var swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = agents[agent];
+      item.appendChild(swatch);
+      item.appendChild(document.createTextNode(agent));
+      legend.appendChild(item);
+    });
+  }
+
+  function renderOpLegend() {
+    var legend = document.getElementById("legend-ops");
+    legend.appendChild(document.createTextNode("Operations: "));
+    Object.keys(OPS).forEach(function (op) {
+      var item = document.createElement("span");
+      var line = document.createElement("span");
+      line.className = "line";
+      line.style.borderTopColor = OPS[op].color;
+      line.style.borderTopStyle = OPS[op].style;
+      item.appendChild(line);
+      item.appendChild(document.createTextNode(op));
+      legend.appendChild(item);
+    });
+  }
+
+  function load(page) {
+    addNodes(page.nodes);
+    addEdges(page.edges);
+    next = page.next;
+    relayout();
+  }
+
+  document.getElementById("lineage-more").addEventListener("click", function () {
+    if (!next) { return; }
+    var button = this;
+    button.disabled = true;
+    fetch(next, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      })
+      .then(load)
+      .catch(function (error) { window.alert("Could not load more of the graph: " + error.message); })
+      .then(function () { button.disabled = false; });
+  });
+  document.getElementById("lineage-fit").addEventListener("click", function () { cy.fit(undefined, 24); });
+
+  cy.on("tap", "node", function (event) {
+    window.location.href = sessionUrl.replace("00000000-0000-0000-0000-000000000000", event.target.id());
+  });
+
+  renderOpLegend();
+  load(data);
+  window.openrathLineage = { cy: cy, pending: function () { return pending.length; } };
+})();

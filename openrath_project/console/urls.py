@@ -1,0 +1,31 @@
+"""Console URLs, mounted at ``/console/`` (namespace ``console``)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from openrath_project.console import views
+
+app_name = "console"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", views.LogoutView.as_view(next_page="console:login"), name="logout"),
+    path("switch/", views.switch, name="switch"),
+    path("approvals/", views.approvals, name="approvals"),
+    path(
+        "approvals/<uuid:interrupt_id>/resolve/",
+        views.approval_resolve,
+        name="approval-resolve",
+    ),
+    path("effects/", views.effects, name="effects"),
+    path("effects/<uuid:effect_id>/resolve/", views.effect_resolve_view, name="effect-resolve"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run"),
+    path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
+    path("runs/<uuid:run_id>/resume/", views.run_resume_view, name="run-resume"),
+    path("sessions/", views.sessions, name="sessions"),
+    path("sessions/<uuid:session_id>/", views.session_detail, name="session"),
+    path("sessions/<uuid:session_id>/lineage/", views.session_lineage, name="lineage"),
+]

@@ -1,0 +1,332 @@
+"""The Django admin as an operations console: scoped for staff, engine rows read-only, state
+changes only through actions that call the services and write audit rows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+from effects_app.models import EffectRecord
+from memory_app import services as memory_services
+from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership
+from openrath_project.tenancy.services import audit_record, token_create
+from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
+from sessions_app.services import session_from_user_message
+from tests.factories import MembershipFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+ADMIN = f"/{settings.ADMIN_PATH}"
+APPS = ["tenancy", "sessions_app", "runs_app", "effects_app", "memory_app"]
+
+
+@pytest.fixture
+def superuser_client(django_user_model) -> Client:
+    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456789")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def staff(tenant):
+    """``staff(role)`` -> a client of a non-superuser staff member of ``acme`` with that role,
+    holding every model permission of the project's apps (the scope is what limits it)."""
+
+    def make(role: str = "operator", username: str | None = None) -> Client:
+        user = UserFactory(username=username or f"staff-{role}", is_staff=True)
+        user.save()
+        user.user_permissions.set(Permission.objects.filter(content_type__app_label__in=APPS))
+        MembershipFactory(user=user, tenant=tenant, role=role)
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def two_tenants(waiting, needs_review, project, foreign_project, tenant, other_tenant):
+    """Engine rows in both tenants."""
+    mine = {"waiting": waiting(project=project), "review": needs_review(project=project)}
+    theirs = {
+        "waiting": waiting(project=foreign_project),
+        "review": needs_review(project=foreign_project),
+    }
+    memory_services.memory_remember(project=project, text="Our fact.")
+    memory_services.memory_remember(project=foreign_project, text="Their fact.")
+    token_create(tenant=tenant, name="mine", grants=["runs:read"])
+    token_create(tenant=other_tenant, name="theirs", grants=["runs:read"])
+    audit_record(actor="system", action="test.mine", outcome="success", tenant=tenant)
+    audit_record(actor="system", action="test.theirs", outcome="success", tenant=other_tenant)
+    return mine, theirs
+
+
+def _changelist(client: Client, model: str) -> str:
+    response = client.get(f"{ADMIN}{model}/")
+    assert response.status_code == 200, model
+    return response.content.decode()
+
+
+def _rows(client: Client, model: str) -> set[str]:
+    """Primary keys of the rows a changelist links to."""
+    body = _changelist(client, model)
+    return set(re.findall(rf'href="{ADMIN}{model}/([^/"]+)/change/', body))
+
+
+def test_every_model_is_registered(superuser_client):
+    index = superuser_client.get(ADMIN).content.decode()
+    for path in (
+        "tenancy/tenant/",
+        "tenancy/project/",
+        "tenancy/membership/",
+        "tenancy/apitoken/",
+        "tenancy/auditevent/",
+        "sessions_app/session/",
+        "sessions_app/chunk/",
+        "sessions_app/lineageedge/",
+        "runs_app/workflowplan/",
+        "runs_app/run/",
+        "runs_app/runevent/",
+        "runs_app/checkpoint/",
+        "runs_app/interrupt/",
+        "effects_app/effectrecord/",
+        "memory_app/memoryentry/",
+        "memory_app/memorystats/",
+    ):
+        assert f'href="{ADMIN}{path}"' in index, path
+        assert superuser_client.get(f"{ADMIN}{path}").status_code == 200, path
+
+
+def test_superusers_see_every_tenant(superuser_client, two_tenants):
+    mine, theirs = two_tenants
+    runs = _rows(superuser_client, "runs_app/run")
+    assert {str(mine["waiting"][0].id), str(theirs["waiting"][0].id)} <= runs
+    assert len(runs) == 4
+
+
+def test_staff_see_only_their_tenants_rows(staff, two_tenants, tenant, other_tenant):
+    mine, theirs = two_tenants
+    client = staff("operator")
+    mine_run, mine_interrupt = mine["waiting"]
+    their_run, their_interrupt = theirs["waiting"]
+    assert _rows(client, "runs_app/run") == {
+        str(mine_run.id),
+        str(mine["review"][0].id),
+    }
+    assert _rows(client, "runs_app/interrupt") == {str(mine_interrupt.id)}
+    assert _rows(client, "effects_app/effectrecord") == {str(mine["review"][1].id)}
+    assert _rows(client, "tenancy/tenant") == {str(tenant.id)}
+    own_projects = _rows(client, "tenancy/project")
+    assert own_projects == {str(mine_run.project_id)}
+    tokens = ApiToken.objects.filter(tenant=tenant).values_list("id", flat=True)
+    assert _rows(client, "tenancy/apitoken") == {str(t) for t in tokens}
+    audit = _changelist(client, "tenancy/auditevent")
+    assert "test.mine" in audit
+    assert "test.theirs" not in audit
+    sessions = _rows(client, "sessions_app/session")
+    assert str(mine_run.session_id) in sessions
+    assert str(their_run.session_id) not in sessions
+    own_events = RunEvent.objects.filter(run__tenant=tenant).values_list("id", flat=True)
+    assert _rows(client, "runs_app/runevent") == {str(pk) for pk in own_events}
+    own_checkpoints = Checkpoint.objects.filter(run__tenant=tenant).values_list("id", flat=True)
+    assert _rows(client, "runs_app/checkpoint") == {str(pk) for pk in own_checkpoints}
+    assert RunEvent.objects.filter(run__tenant=other_tenant).exists()
+    memory = _changelist(client, "memory_app/memoryentry")
+    assert "Our fact." in memory
+    assert "Their fact." not in memory
+    assert len(_rows(client, "memory_app/memorystats")) == 1
+    assert _rows(client, "runs_app/workflowplan") == {
+        mine_run.plan_id,
+        mine["review"][0].plan_id,
+    }
+    # The tenant filter offers only their tenant; another tenant's row is not found.
+    assert "globex" not in _changelist(client, "runs_app/run")
+    response = client.get(f"{ADMIN}runs_app/run/{their_run.id}/change/")
+    assert (response.status_code, response["Location"]) == (302, ADMIN)
+    assert client.get(f"{ADMIN}runs_app/run/{mine_run.id}/change/").status_code == 200
+
+
+def test_engine_rows_are_read_only(superuser_client, waiting):
+    run, interrupt = waiting()
+    for model, pk in (("runs_app/run", run.id), ("runs_app/interrupt", interrupt.id)):
+        assert superuser_client.get(f"{ADMIN}{model}/add/").status_code == 403
+        response = superuser_client.post(f"{ADMIN}{model}/{pk}/change/", {"status": "succeeded"})
+        assert response.status_code == 403
+        assert (
+            superuser_client.post(f"{ADMIN}{model}/{pk}/delete/", {"post": "yes"}).status_code
+            == 403
+        )
+    detail = superuser_client.get(f"{ADMIN}runs_app/interrupt/{interrupt.id}/change/")
+    assert detail.status_code == 200
+    # Large JSON is shown read-only and pretty.
+    assert '<pre class="openrath-json"' in detail.content.decode()
+    assert "&quot;release&quot;: &quot;1.2&quot;" in detail.content.decode()
+    assert Run.objects.get(id=run.id).status == "waiting"
+    assert Interrupt.objects.get(id=interrupt.id).status == "pending"
+
+
+def _action(client: Client, model: str, action: str, ids: list, **extra: str):
+    return client.post(
+        f"{ADMIN}{model}/",
+        {"action": action, "_selected_action": [str(i) for i in ids], **extra},
+    )
+
+
+def test_cancel_action_asks_for_a_reason_calls_the_service_and_audits(superuser_client, waiting):
+    run, interrupt = waiting()
+    form = _action(superuser_client, "runs_app/run", "cancel_runs", [run.id])
+    assert form.status_code == 200
+    assert 'name="reason"' in form.content.decode()
+    assert Run.objects.get(id=run.id).status == "waiting"
+    before = AuditEvent.objects.count()
+    response = _action(
+        superuser_client, "runs_app/run", "cancel_runs", [run.id], apply="yes", reason="bad input"
+    )
+    assert response.status_code == 302
+    assert Run.objects.get(id=run.id).status == "cancelled"
+    rows = list(AuditEvent.objects.order_by("id"))[before:]
+    assert [(r.action, r.outcome, r.object_id) for r in rows] == [
+        ("run.cancel", "success", str(run.id))
+    ]
+    assert rows[0].details == {"via": "admin", "reason": "bad input"}
+    assert (rows[0].actor, rows[0].tenant_id, rows[0].project_id) == (
+        "user:root",
+        run.tenant_id,
+        run.project_id,
+    )
+
+
+def test_resume_action_needs_a_reason(superuser_client, needs_review):
+    run, effect = needs_review()
+    empty = _action(superuser_client, "runs_app/run", "resume_runs", [run.id], apply="yes")
+    assert empty.status_code == 200
+    assert "This field is required." in empty.content.decode()
+    assert Run.objects.get(id=run.id).status == "needs_review"
+    done = _action(
+        superuser_client, "runs_app/run", "resume_runs", [run.id], apply="yes", reason="checked"
+    )
+    assert done.status_code == 302
+    assert Run.objects.get(id=run.id).status == "queued"
+    assert AuditEvent.objects.filter(action="run.resume", outcome="success").count() == 1
+
+
+def test_interrupt_actions(superuser_client, waiting):
+    run, needs_note = waiting()
+    plain_run, plain = waiting(schema=None)
+    form = _action(superuser_client, "runs_app/interrupt", "reject", [needs_note.id])
+    assert form.status_code == 200
+    page = form.content.decode()
+    assert f"<code>{needs_note.request_digest}</code>" in page
+    assert "&quot;title&quot;: &quot;Ship release 1.2?&quot;" in page
+    assert Interrupt.objects.get(id=needs_note.id).status == "pending"
+    refused = _action(
+        superuser_client, "runs_app/interrupt", "approve", [needs_note.id], apply="yes"
+    )
+    assert refused.status_code == 302
+    assert Interrupt.objects.get(id=needs_note.id).status == "pending"
+    failure = AuditEvent.objects.get(action="interrupt.resolve", outcome="failure")
+    assert failure.details["error"].startswith("this approval needs a response (required: note)")
+    _action(superuser_client, "runs_app/interrupt", "approve", [plain.id], apply="yes")
+    _action(
+        superuser_client, "runs_app/interrupt", "reject", [needs_note.id], apply="yes", reason="no"
+    )
+    plain.refresh_from_db()
+    needs_note.refresh_from_db()
+    assert (plain.status, plain.decision, plain.resolved_by) == ("resolved", "approve", "user:root")
+    assert (needs_note.status, needs_note.decision, needs_note.reason) == (
+        "resolved",
+        "reject",
+        "no",
+    )
+    successes = AuditEvent.objects.filter(action="interrupt.resolve", outcome="success")
+    assert sorted(e.details["request_digest"] for e in successes) == sorted(
+        [plain.request_digest, needs_note.request_digest]
+    )
+
+
+def test_effect_actions(superuser_client, needs_review):
+    run, effect = needs_review()
+    other_run, other = needs_review()
+    _action(
+        superuser_client, "effects_app/effectrecord", "mark_not_applied", [effect.id], apply="yes"
+    )
+    _action(superuser_client, "effects_app/effectrecord", "cancel_runs", [other.id], apply="yes")
+    effect.refresh_from_db()
+    other.refresh_from_db()
+    assert (effect.status, effect.resolution) == ("resolved", "not_applied")
+    assert Run.objects.get(id=run.id).status == "queued"
+    assert (other.status, other.resolution) == ("resolved", "cancel_run")
+    assert Run.objects.get(id=other_run.id).status == "cancelled"
+    assert AuditEvent.objects.filter(action="effect.resolve", outcome="success").count() == 2
+
+
+def test_token_revoke_needs_the_grant(staff, superuser_client, tenant):
+    token, _ = token_create(tenant=tenant, name="ci", grants=["runs:read"])
+    operator = staff("operator")
+    _action(operator, "tenancy/apitoken", "revoke", [token.id])
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    denied = AuditEvent.objects.get(action="token.revoke")
+    assert (denied.outcome, denied.details["required_grant"]) == ("denied", "tokens:manage")
+    _action(superuser_client, "tenancy/apitoken", "revoke", [token.id])
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert AuditEvent.objects.filter(action="token.revoke", outcome="success").count() == 1
+
+
+def test_a_viewer_on_staff_cannot_act(staff, waiting):
+    run, interrupt = waiting()
+    viewer = staff("viewer")
+    _action(viewer, "runs_app/run", "cancel_runs", [run.id], apply="yes", reason="x")
+    _action(viewer, "runs_app/interrupt", "reject", [interrupt.id], apply="yes")
+    assert Run.objects.get(id=run.id).status == "waiting"
+    assert Interrupt.objects.get(id=interrupt.id).status == "pending"
+    denied = AuditEvent.objects.filter(outcome="denied").order_by("id")
+    assert [(e.action, e.details["required_grant"]) for e in denied] == [
+        ("run.cancel", "runs:cancel"),
+        ("interrupt.resolve", "interrupts:resolve"),
+    ]
+
+
+def test_staff_cannot_act_on_another_tenants_rows(staff, two_tenants):
+    mine, theirs = two_tenants
+    their_run = theirs["waiting"][0]
+    client = staff("admin")
+    _action(client, "runs_app/run", "cancel_runs", [their_run.id], apply="yes", reason="x")
+    assert Run.objects.get(id=their_run.id).status == "waiting"
+    assert not AuditEvent.objects.filter(action="run.cancel").exists()
+
+
+def test_memberships_are_managed_by_tenant_admins_only(staff, tenant, member):
+    other = member("viewer", username="victor")
+    membership = Membership.objects.get(user=other)
+    operator = staff("operator")
+    url = f"{ADMIN}tenancy/membership/{membership.id}/change/"
+    response = operator.post(url, {"user": other.id, "tenant": tenant.id, "role": "admin"})
+    assert response.status_code == 403
+    assert Membership.objects.get(id=membership.id).role == "viewer"
+    admin = staff("admin", username="staff-admin")
+    response = admin.post(url, {"user": other.id, "tenant": tenant.id, "role": "operator"})
+    assert response.status_code == 302
+    assert Membership.objects.get(id=membership.id).role == "operator"
+
+
+def test_effect_detail_shows_request_pretty(superuser_client, needs_review):
+    run, effect = needs_review()
+    body = superuser_client.get(f"{ADMIN}effects_app/effectrecord/{effect.id}/change/")
+    assert body.status_code == 200
+    assert "tests.console.workflows.send_mail" in body.content.decode()
+    assert EffectRecord.objects.get(id=effect.id).status == "needs_review"
+
+
+def test_sessions_admin_is_read_only(superuser_client, project):
+    session = session_from_user_message(project=project, text="hello")
+    assert superuser_client.get(f"{ADMIN}sessions_app/session/add/").status_code == 403
+    detail = superuser_client.get(f"{ADMIN}sessions_app/session/{session.id}/change/")
+    assert detail.status_code == 200
+    assert 'name="title"' not in detail.content.decode()
