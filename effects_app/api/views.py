@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import django_filters
 from django.db.models import QuerySet
@@ -15,23 +15,18 @@ from rest_framework.response import Response
 from effects_app import selectors, services
 from effects_app.api.serializers import STATE_CHOICES, EffectOut, EffectResolveIn
 from effects_app.models import EffectRecord
+from openrath_project.api.filters import ProjectScopedFilterSet
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.tenancy.principal import Principal
-from openrath_project.tenancy.selectors import project_get
 
 
-class EffectFilter(django_filters.FilterSet):
+class EffectFilter(ProjectScopedFilterSet):
     state = django_filters.ChoiceFilter(field_name="status", choices=STATE_CHOICES)
     run = django_filters.UUIDFilter(field_name="run_id")
-    project = django_filters.CharFilter(method="filter_project", help_text="A slug or id.")
 
     class Meta:
         model = EffectRecord
         fields: ClassVar[list[str]] = []
-
-    def filter_project(self, queryset: QuerySet[EffectRecord], name: str, value: str) -> Any:
-        principal: Principal = self.request.principal
-        return queryset.filter(project=project_get(principal=principal, ref=value))
 
 
 class EffectViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):

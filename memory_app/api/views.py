@@ -21,6 +21,7 @@ from memory_app.api.serializers import (
     RecallOut,
 )
 from memory_app.models import SCOPES, MemoryEntry
+from openrath_project.api.filters import ProjectScopedFilterSet
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.errors import PayloadTooLarge, ValidationFailed
 from openrath_project.tenancy.models import Project
@@ -31,8 +32,7 @@ from sessions_app.models import Session
 from sessions_app.selectors import session_get
 
 
-class MemoryFilter(django_filters.FilterSet):
-    project = django_filters.CharFilter(method="filter_project", help_text="A project slug or id.")
+class MemoryFilter(ProjectScopedFilterSet):
     scope = django_filters.ChoiceFilter(choices=[(s, s) for s in SCOPES])
     agent = django_filters.CharFilter(help_text="Entries of this agent (agent scope).")
     session = django_filters.UUIDFilter(
@@ -53,10 +53,6 @@ class MemoryFilter(django_filters.FilterSet):
     class Meta:
         model = MemoryEntry
         fields: ClassVar[list[str]] = []
-
-    def filter_project(self, queryset: QuerySet[MemoryEntry], name: str, value: str) -> Any:
-        principal: Principal = self.request.principal
-        return queryset.filter(project=project_get(principal=principal, ref=value))
 
 
 class MemoryViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -55,6 +55,17 @@ class CursorPage(CursorPagination):
     def get_paginated_response(self, data: Any) -> Response:
         return Response({"results": data, "next": self.get_next_link()})
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                }
+        return parameters
+
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {
             "type": "object",

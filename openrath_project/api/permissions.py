@@ -8,6 +8,7 @@ from rest_framework import permissions
 from rest_framework.request import Request
 
 from openrath_project.errors import NotAuthenticated, PermissionDenied
+from openrath_project.jsonlog import set_log_context
 from openrath_project.tenancy.models import ApiToken
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.services import principal_for_token, principal_for_user
@@ -32,6 +33,8 @@ def resolve_principal(request: Request) -> Principal:
     else:
         raise NotAuthenticated("authentication required: send 'Authorization: Bearer <token>'")
     request._request.principal = principal  # type: ignore[attr-defined]
+    # The rest of the request logs the tenant (RequestIdMiddleware resets the context).
+    set_log_context(tenant=principal.tenant_id)
     return principal
 
 

@@ -18,6 +18,8 @@ ERROR_DESCRIPTIONS = {
     "409": "Conflicts with the current state.",
     "413": "Request body or an item in it is too large.",
     "429": "Rate or quota limit; retry after `Retry-After` seconds.",
+    "503": "The database or artifact storage is unavailable; nothing was changed. Retry after "
+    "`Retry-After` seconds.",
 }
 
 
@@ -37,7 +39,7 @@ class OpenRathAutoSchema(AutoSchema):
             description = operation.get("description", "")
             operation["description"] = f"{description}\n\n{note}".strip()
         error_ref = self.resolve_serializer(ErrorSerializer, "response").ref
-        statuses = ["400", "401", "403", "404", "413", "429"]
+        statuses = ["400", "401", "403", "404", "413", "429", "503"]
         statuses += [str(s) for s in getattr(self.view, "extra_error_statuses", ())]
         responses = operation.setdefault("responses", {})
         for status in sorted(set(statuses)):
@@ -91,4 +93,42 @@ def strip_database_integer_bounds(result: dict[str, Any], **kwargs: Any) -> dict
     """Model integer fields carry the *database's* column range (SQLite and PostgreSQL differ);
     the document must not depend on which database generated it, so those bounds are dropped."""
     _strip_db_bounds(result)
+    return result
+
+
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _tighten(node: Any) -> None:
+    """Request bodies: unknown fields are refused (``additionalProperties: false``, except
+    free-form JSON objects) and strings may not hold NUL characters (the database refuses
+    them), so the document says what the API accepts."""
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "object" and "properties" in node:
+        node.setdefault("additionalProperties", False)
+        for child in node["properties"].values():
+            _tighten(child)
+    if node.get("type") == "string" and not {"format", "enum", "pattern"} & set(node):
+        node["pattern"] = _NO_NUL
+    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+        _tighten(node["items"])
+
+
+def strict_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Apply :func:`_tighten` to every request component (``...Request``) and to the string
+    query parameters."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request"):
+            _tighten(component)
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                if (
+                    parameter.get("in") == "query"
+                    and schema.get("type") == "string"
+                    and not ({"format", "enum", "pattern"} & set(schema))
+                ):
+                    schema["pattern"] = _NO_NUL
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
@@ -143,6 +144,14 @@ class WorkflowOut(serializers.Serializer):
     plan = serializers.CharField(help_text="The plan's hash.")
     entry = serializers.CharField()
     nodes = serializers.IntegerField()
+
+
+@extend_schema_serializer(many=False)
+class WorkflowListOut(serializers.Serializer):
+    """The registered workflows (a short list from the code: one page, ``next`` is null)."""
+
+    results = WorkflowOut(many=True)
+    next = serializers.CharField(allow_null=True)
 
 
 class WorkflowDetailOut(WorkflowOut):

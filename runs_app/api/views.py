@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import mixins, serializers, viewsets
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from openrath_project.api.filters import CreatedRangeFilterSet, ProjectScopedFilterSet
 from openrath_project.api.views import ScopedAPIView
+from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import project_get
@@ -31,7 +36,7 @@ from runs_app.api.serializers import (
     RunEventOut,
     RunOut,
     WorkflowDetailOut,
-    WorkflowOut,
+    WorkflowListOut,
 )
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Interrupt, Run, WorkflowPlan
@@ -41,21 +46,14 @@ from sessions_app.selectors import session_get
 IDEMPOTENCY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
 
-class RunFilter(django_filters.FilterSet):
+class RunFilter(CreatedRangeFilterSet):
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
     workflow = django_filters.CharFilter()
     parent = django_filters.UUIDFilter(field_name="parent_id")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    project = django_filters.CharFilter(method="filter_project", help_text="A slug or id.")
 
     class Meta:
         model = Run
         fields: ClassVar[list[str]] = []
-
-    def filter_project(self, queryset: QuerySet[Run], name: str, value: str) -> Any:
-        principal: Principal = self.request.principal
-        return queryset.filter(project=project_get(principal=principal, ref=value))
 
 
 def _page(request: Request, items: list[Any], key: str, limit: int, out: Any) -> Response:
@@ -73,6 +71,7 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         "retrieve": "runs:read",
         "events": "runs:read",
         "checkpoints": "runs:read",
+        "artifact": "runs:read",
         "create": "runs:write",
         "resume": "runs:write",
         "cancel": "runs:cancel",
@@ -144,7 +143,9 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
             digest_of_request=services.request_digest(request.data),
             created_by=self.principal.actor,
             token_budget=values.get("token_budget"),
-            cost_budget_usd=values.get("cost_budget_usd"),
+            cost_budget_usd=(
+                Decimal(str(values["cost_budget_usd"])) if "cost_budget_usd" in values else None
+            ),
         )
         self.audit(
             object_id=run.id,
@@ -189,6 +190,24 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         items = selectors.checkpoint_page(run, after=query.validated_data["after"], limit=limit)
         last = str(items[-1]["checkpoint"].seq) if items else "0"
         return _page(request, items, last, limit, CheckpointOut(items, many=True).data)
+
+    @extend_schema(
+        responses={(200, "application/json"): OpenApiResponse(OpenApiTypes.ANY)},
+        summary="A large state value the run keeps as an artifact (by its digest)",
+        description=(
+            "State values over OPENRATH_STATE_INLINE_BYTES appear in the run's state, output "
+            'and checkpoints as {"$artifact": {"digest", "size", "media_type"}}; this returns '
+            "the value behind such a reference, verified against its digest. 404 unless the "
+            "run refers to that digest."
+        ),
+    )
+    @action(detail=True, methods=["get"], url_path=r"artifacts/(?P<digest>[0-9a-f]{64})")
+    def artifact(self, request: Request, pk: str, digest: str) -> HttpResponse:
+        run = self._run(pk)
+        if not selectors.run_refers_to(run, digest):
+            raise NotFound("the run refers to no such artifact", details={"digest": digest})
+        data = artifact_get(tenant_id=run.tenant_id, digest=digest)
+        return HttpResponse(data, content_type="application/json")
 
     @extend_schema(
         request=CancelIn, responses={200: RunOut}, summary="Cancel the run (and its branches)"
@@ -245,47 +264,36 @@ class WorkflowViewSet(ScopedAPIView, viewsets.ViewSet):
 
     grants: ClassVar[dict[str, str]] = {"list": "runs:read", "retrieve": "runs:read"}
     queryset = WorkflowPlan.objects.none()  # for the schema generator only
+    lookup_field = "name"
+    pagination_class = None  # a short list from the code; the body is {results, next: null}
 
     def scope_queryset(self, principal: Principal) -> QuerySet[WorkflowPlan]:
         return WorkflowPlan.objects.none()  # workflows come from the code, not the database
 
     lookup_value_regex = "[^/]+"
 
-    @extend_schema(
-        responses={
-            200: inline_serializer(
-                "WorkflowList",
-                {"results": WorkflowOut(many=True), "next": serializers.CharField(allow_null=True)},
-            )
-        },
-        summary="Registered workflows",
-    )
+    @extend_schema(responses={200: WorkflowListOut}, summary="Registered workflows")
     def list(self, request: Request) -> Response:
         entries = sorted(registration.workflows().all(), key=lambda e: e.name)
         return Response({"results": [_workflow_out(e) for e in entries], "next": None})
 
     @extend_schema(responses={200: WorkflowDetailOut}, summary="A workflow's plan graph")
-    def retrieve(self, request: Request, pk: str) -> Response:
+    def retrieve(self, request: Request, name: str) -> Response:
         try:
-            entry = registration.workflows().get(pk)
+            entry = registration.workflows().get(name)
         except UnknownWorkflow as exc:
-            raise NotFound(f"no workflow named {pk!r}") from exc
+            raise NotFound(f"no workflow named {name!r}") from exc
         return Response({**_workflow_out(entry), "graph": entry.plan.graph()})
 
 
-class InterruptFilter(django_filters.FilterSet):
+class InterruptFilter(ProjectScopedFilterSet):
     state = django_filters.ChoiceFilter(field_name="status", choices=INTERRUPT_STATUS_CHOICES)
     kind = django_filters.ChoiceFilter(choices=INTERRUPT_KIND_CHOICES)
     run = django_filters.UUIDFilter(field_name="run_id")
-    project = django_filters.CharFilter(method="filter_project", help_text="A slug or id.")
 
     class Meta:
         model = Interrupt
         fields: ClassVar[list[str]] = []
-
-    def filter_project(self, queryset: QuerySet[Interrupt], name: str, value: str) -> Any:
-        principal: Principal = self.request.principal
-        return queryset.filter(project=project_get(principal=principal, ref=value))
 
 
 class InterruptViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -103,7 +103,7 @@ class ChunkOut(serializers.ModelSerializer):
 class ChunkIn(StrictInputSerializer):
     role = serializers.ChoiceField(choices=ROLES)
     kind = serializers.ChoiceField(choices=KINDS, default="message")
-    content = serializers.JSONField(
+    content = serializers.DictField(
         help_text="By kind: message {text}; tool_call {id, name, arguments}; tool_result "
         "{tool_call_id, name, output, error?}; summary {text}; event {...}; artifact {digest}."
     )

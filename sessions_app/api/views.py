@@ -15,8 +15,10 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from openrath_project.api.filters import CreatedRangeFilterSet
 from openrath_project.api.views import ScopedAPIView
-from openrath_project.errors import PayloadTooLarge, ValidationFailed
+from openrath_project.artifacts import artifact_get
+from openrath_project.errors import NotFound, PayloadTooLarge, ValidationFailed
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import project_get
 from sessions_app import selectors, services, transfer
@@ -28,6 +30,7 @@ from sessions_app.api.serializers import (
     ForkIn,
     ImportIn,
     ImportOut,
+    LineageEdgeOut,
     LineageOut,
     LineageQuery,
     MergeIn,
@@ -68,12 +71,9 @@ def drafts_from(items: list[dict[str, Any]], field: str = "chunks") -> list[Chun
     return drafts
 
 
-class SessionFilter(django_filters.FilterSet):
+class SessionFilter(CreatedRangeFilterSet):
     op = django_filters.ChoiceFilter(choices=[(o, o) for o in SESSION_OPS])
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     agent = django_filters.CharFilter(method="filter_agent")
-    project = django_filters.CharFilter(method="filter_project", help_text="A project slug or id.")
 
     class Meta:
         model = Session
@@ -81,10 +81,6 @@ class SessionFilter(django_filters.FilterSet):
 
     def filter_agent(self, queryset: QuerySet[Session], name: str, value: str) -> Any:
         return selectors.sessions_with_agent(queryset, value)
-
-    def filter_project(self, queryset: QuerySet[Session], name: str, value: str) -> Any:
-        principal: Principal = self.request.principal
-        return queryset.filter(project=project_get(principal=principal, ref=value))
 
 
 class SessionViewSet(
@@ -99,6 +95,7 @@ class SessionViewSet(
         "retrieve": "sessions:read",
         "lineage": "sessions:read",
         "export": "sessions:read",
+        "artifact": "sessions:read",
         "create": "sessions:write",
         "fork": "sessions:write",
         "detach": "sessions:write",
@@ -299,19 +296,7 @@ class SessionViewSet(
         return Response(
             {
                 "nodes": SessionOut(page.nodes, many=True).data,
-                "edges": [
-                    {
-                        "parent": str(e.parent_id),
-                        "child": str(e.child_id),
-                        "op": e.op,
-                        "at": e.parent_len,
-                        "position": e.position,
-                        "agent": e.agent,
-                        "run": str(e.run_id) if e.run_id else None,
-                        "step": e.step,
-                    }
-                    for e in page.edges
-                ],
+                "edges": LineageEdgeOut(page.edges, many=True).data,
                 "next": next_url,
             }
         )
@@ -328,6 +313,31 @@ class SessionViewSet(
         body = "".join(transfer.export_graph(session))
         response = HttpResponse(body, content_type="application/jsonl; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="session-{session.id}.jsonl"'
+        return response
+
+    @extend_schema(
+        responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY)},
+        summary="An artifact the session refers to (by its digest), verified on read",
+        description=(
+            "Artifact chunks and tool results whose whole output was kept (a truncated tool "
+            "output) refer to artifacts by SHA-256 digest. 404 unless one of the session's "
+            "chunks refers to that digest."
+        ),
+    )
+    @action(detail=True, methods=["get"], url_path=r"artifacts/(?P<digest>[0-9a-f]{64})")
+    def artifact(self, request: Request, pk: str, digest: str) -> HttpResponse:
+        session = self._session(pk)
+        ref = selectors.chunk_artifact(session, digest)
+        if ref is None:
+            raise NotFound("the session refers to no such artifact", details={"digest": digest})
+        data = artifact_get(tenant_id=session.project.tenant_id, digest=digest)
+        # Only inert types are echoed: a chunk's media_type is caller input, and a text/html
+        # artifact served from the API's origin would be a stored XSS.
+        media_type = ref.get("media_type")
+        if media_type not in ("application/json", "text/plain"):
+            media_type = "application/octet-stream"
+        response = HttpResponse(data, content_type=media_type)
+        response["Content-Disposition"] = f'attachment; filename="{digest}"'
         return response
 
     @extend_schema(

@@ -1,0 +1,313 @@
+"""API fuzzing with schemathesis, from the committed OpenAPI document, against a running server.
+
+    python benchmarks/fuzz.py                      # embedded profile, 40 examples per operation
+    python benchmarks/fuzz.py --examples 200       # longer
+    python benchmarks/fuzz.py --profile production # the production profile (production-local)
+    python benchmarks/fuzz.py --base-url http://127.0.0.1:8000 --token ort_... # a running server
+
+Starts the embedded server (SQLite in a temporary data dir), or with ``--profile production``
+the whole production profile with ``deploy/bin/production-local`` (PostgreSQL with separate
+roles, Redis, SeaweedFS, uvicorn, Celery), unless ``--base-url`` is given,
+mints tokens of several grant sets (everything; read only; nothing useful), and for every
+operation generates requests from the schema (valid and invalid). Checks for each response: no
+5xx, the status code is documented, the body matches the documented schema (the error body
+included), and a rejected write changed nothing (row counts of the main tables are the same).
+Only 127.0.0.1 is ever targeted; the run is bounded by ``--examples`` and ``--max-seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import REPO, manage, write_section  # noqa: E402
+
+DOCUMENT = REPO / "deploy" / "openapi-v1.json"
+GRANT_SETS = {
+    "all": "*",
+    "read-only": "projects:read,sessions:read,runs:read,interrupts:read,effects:read,"
+    "memory:read,audit:read",
+    "unrelated": "tokens:manage",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(
+    data_dir: str,
+) -> tuple[subprocess.Popen[bytes], str, dict[str, str], dict[str, str]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "OPENRATH_DATA_DIR": data_dir,
+        "DJANGO_SETTINGS_MODULE": "openrath_project.settings",
+        "OPENRATH_RATE_LIMIT_BURST": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    env.pop("DATABASE_URL", None)
+    manage(env, "migrate", "-v0")
+    manage(env, "create_tenant", "fuzz")
+    manage(env, "create_project", "fuzz", "fuzz")
+    manage(env, "create_tenant", "other")
+    manage(env, "create_project", "other", "fuzz")
+    tokens = {
+        name: manage(env, "create_token", "fuzz", "--grants", grants, "--name", name)
+        for name, grants in GRANT_SETS.items()
+    }
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=REPO,
+        env={**env, "OPENRATH_EMBEDDED_WORKERS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=2):  # noqa: S310 - localhost
+                break
+        except OSError:
+            time.sleep(0.3)
+    return server, base, tokens, env
+
+
+TABLES = (
+    "tenancy_project",
+    "sessions_app_session",
+    "sessions_app_chunk",
+    "sessions_app_lineageedge",
+    "runs_app_run",
+    "runs_app_interrupt",
+    "effects_app_effectrecord",
+    "memory_app_memoryentry",
+    "tenancy_apitoken",
+)
+
+
+def counts(env: dict[str, str]) -> tuple[int, ...]:
+    """Row counts of the tables a write could touch (the embedded SQLite file, or the
+    production profile's PostgreSQL database)."""
+    if env.get("DATABASE_URL", "").startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(env["DATABASE_URL"], autocommit=True) as pg:
+            return tuple(
+                pg.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]  # noqa: S608
+                for t in TABLES
+            )
+    import sqlite3
+
+    with sqlite3.connect(Path(env["OPENRATH_DATA_DIR"]) / "db.sqlite3", timeout=30) as db:
+        return tuple(
+            db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608
+            for t in TABLES
+        )
+
+
+def start_production(run_dir: Path) -> tuple[str, dict[str, str], dict[str, str], dict[str, str]]:
+    """The production profile via production-local: (base url, tokens, its env, script env)."""
+    from benchmarks import load
+
+    local = load.local_env(run_dir, 1)
+    local["OPENRATH_RATE_LIMIT_BURST"] = "0"
+    subprocess.run(
+        [str(load.SCRIPT), "start"],
+        cwd=REPO,
+        env=local,
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
+    env = load.production_env(run_dir)
+    for args in (
+        ("create_tenant", "fuzz"),
+        ("create_project", "fuzz", "fuzz"),
+        ("create_tenant", "other"),
+        ("create_project", "other", "fuzz"),
+    ):
+        manage(env, *args)
+    tokens = {
+        name: manage(env, "create_token", "fuzz", "--grants", grants, "--name", name)
+        for name, grants in GRANT_SETS.items()
+    }
+    return f"http://127.0.0.1:{local['OPENRATH_LOCAL_WEB_PORT']}", tokens, env, local
+
+
+def stop_production(local: dict[str, str]) -> None:
+    from benchmarks import load
+
+    subprocess.run(
+        [str(load.SCRIPT), "stop"], cwd=REPO, env=local, timeout=120, stdout=subprocess.DEVNULL
+    )
+    load.drop_database(local["OPENRATH_LOCAL_DB"])
+
+
+def fuzz(
+    base: str, tokens: dict[str, str], examples: int, max_seconds: float, env: dict[str, str] | None
+) -> dict[str, Any]:
+    import hypothesis
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, settings
+    from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+    schema = schemathesis.openapi.from_path(str(DOCUMENT))
+    tried = 0
+    failures: list[dict[str, Any]] = []
+    statuses: dict[int, int] = {}
+    started = time.monotonic()
+
+    def make_test(operation: Any, name: str, token: str) -> Any:
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.generate],
+        )
+        @hypothesis.given(case=operation.as_strategy())
+        def run(case: Any) -> None:
+            nonlocal tried
+            if time.monotonic() - started > max_seconds:
+                return
+            tried += 1
+            before = counts(env) if env and case.method.upper() != "GET" else None
+            response = case.call(
+                base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            )
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            problem = None
+            try:
+                # Not checked: that every schema-valid request is accepted. Cross-field rules
+                # (session or user_message, a registered workflow name, an opaque cursor) make
+                # some of them a documented 400, which is the point of those rules.
+                case.validate_response(response, excluded_checks=[positive_data_acceptance])
+            except (Exception, BaseExceptionGroup) as exc:  # check failures come as exceptions
+                problem = str(exc)[:800]
+            if response.status_code >= 500:
+                problem = problem or f"server error {response.status_code}"
+            if (
+                problem is None
+                and before is not None
+                and env is not None
+                and response.status_code >= 400
+                and counts(env) != before
+            ):
+                problem = f"a rejected {case.method} changed stored rows"
+            if problem:
+                failures.append(
+                    {
+                        "token": name,
+                        "operation": operation.label,
+                        "status": response.status_code,
+                        "problem": problem,
+                        "body": response.text[:300],
+                    }
+                )
+
+        return run
+
+    for name, token in tokens.items():
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            try:
+                make_test(operation, name, token)()
+            except (Exception, BaseExceptionGroup) as exc:  # keep the other operations going
+                failures.append(
+                    {
+                        "token": name,
+                        "operation": operation.label,
+                        "problem": f"{type(exc).__name__}: {str(exc)[:300]}",
+                    }
+                )
+    return {
+        "tried": tried,
+        "failures": failures,
+        "statuses": statuses,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--examples", type=int, default=40)
+    parser.add_argument("--max-seconds", type=float, default=900)
+    parser.add_argument("--profile", choices=("embedded", "production"), default="embedded")
+    parser.add_argument("--base-url")
+    parser.add_argument("--token", action="append", default=[])
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--failures-file", help="write every failure found here (JSON)")
+    args = parser.parse_args()
+    server = None
+    env = None
+    local = None
+    if args.base_url:
+        base, tokens = args.base_url, {f"t{i}": t for i, t in enumerate(args.token)}
+        if not base.startswith(("http://127.0.0.1", "http://localhost")):
+            raise SystemExit("fuzzing only ever targets 127.0.0.1 / localhost")
+    elif args.profile == "production":
+        base, tokens, env, local = start_production(
+            Path(tempfile.mkdtemp(prefix="openrath-fuzz-prod-"))
+        )
+    else:
+        server, base, tokens, env = start_server(tempfile.mkdtemp(prefix="openrath-fuzz-"))
+    try:
+        result = fuzz(base, tokens, args.examples, args.max_seconds, env)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        if local is not None:
+            stop_production(local)
+    print(json.dumps({k: v for k, v in result.items() if k != "failures"}, indent=2))
+    if args.failures_file:
+        Path(args.failures_file).write_text(json.dumps(result["failures"], indent=1))
+    for failure in result["failures"][:50]:
+        headline = (
+            failure["problem"].split("\n\n")[1:3]
+            if "\n\n" in failure["problem"]
+            else [failure["problem"]]
+        )
+        print(
+            failure["token"],
+            failure["operation"],
+            failure.get("status"),
+            " | ".join(line.strip()[:200] for line in headline),
+            "|",
+            failure.get("body", "")[:200],
+        )
+    body = (
+        f"Requests tried: **{result['tried']}** ({args.examples} examples per operation and "
+        f"token, {len(tokens)} tokens: {', '.join(tokens)}) in {result['seconds']} s; "
+        f"failures found: **{len(result['failures'])}**.\n\n"
+        f"Status codes: {json.dumps(dict(sorted(result['statuses'].items())))}.\n"
+    )
+    if not args.no_write and not args.base_url:
+        suffix = "" if args.profile == "embedded" else f"-{args.profile}"
+        write_section(
+            f"fuzz{suffix}",
+            f"API fuzzing (schemathesis, {args.profile} profile)",
+            body,
+            f"python benchmarks/fuzz.py --profile {args.profile} --examples {args.examples}",
+        )
+    if result["failures"]:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
