@@ -14,7 +14,6 @@ import asyncio
 import ctypes
 import functools
 import inspect
-import json
 import logging
 import os
 import threading
@@ -30,8 +29,10 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from effects_app.services import LedgerDecisions
+from openrath_project import large_values
 from openrath_project.errors import DomainError
 from openrath_project.jsonlog import log_context
+from openrath_project.metrics import observe_step
 from runs_app import services
 from runs_app.budgets import budget_check
 from runs_app.control import (
@@ -436,9 +437,10 @@ def _execute(
             checkpoint_seq=checkpoint_seq,
             tenant_id=run.tenant_id,
         )
-        working_state = json.loads(json.dumps(state))  # the handler may mutate its copy
         watchdog.begin_step(node.timeout_seconds)
         try:
+            # A fresh copy the handler may mutate, with large values read back from artifacts.
+            working_state = large_values.hydrate(run.tenant_id, state)
             with (
                 session_context.writing(
                     actor=f"run:{run.id}",
@@ -453,6 +455,7 @@ def _execute(
                     budget=functools.partial(budget_check, ctx) if budgets else None,
                 ),
                 log_context(step=node_id),
+                observe_step(run.workflow),
             ):
                 if budgets:
                     budget_check(ctx)
@@ -510,9 +513,12 @@ def _execute(
                 new_state, next_nodes = state, [route.targets[0]]
                 event, event_data = "router.decided", {"choice": route.targets[0]}
             else:
-                new_state = check_json_state(
-                    working_state if result is None else result,
-                    where=f"the state step {node_id!r} returned",
+                new_state = large_values.offload(
+                    run.tenant_id,
+                    check_json_state(
+                        working_state if result is None else result,
+                        where=f"the state step {node_id!r} returned",
+                    ),
                 )
                 next_nodes, event, event_data = list(node.successors), "step.completed", {}
         except (RouteError, TypeError) as exc:
@@ -521,6 +527,9 @@ def _execute(
                 claim=claim, step=node_id, state=state, error=_error(exc, node_id, attempt)
             )
             return Outcome("failed", steps)
+        except DomainError as exc:  # the artifact store refused a large value: retry the step
+            _flush_held(buffer, claim)
+            return _step_failed(claim, node, attempt, exc, state)
         commits = not next_nodes or node.checkpoint or node.kind == "router" or joining
         if commits:
             commit = services.StepCommit(
@@ -552,7 +561,13 @@ def _step_failed(
     if isinstance(exc, DomainError):
         error["code"] = exc.code
     timed_out = isinstance(exc, StepTimeout | TimeoutError | asyncio.TimeoutError)
-    logger.warning("step %s attempt %s failed: %s", node.id, attempt, error["message"])
+    logger.warning(
+        "step %s attempt %s failed: %s",
+        node.id,
+        attempt,
+        error["message"],
+        extra={"step": node.id},  # logged after the step's own log context has ended
+    )
     if attempt < node.retry.max_attempts:
         services.run_schedule_retry(
             claim=claim, step=node.id, attempt=attempt, delay=node.retry.delay(attempt), error=error

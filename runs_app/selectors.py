@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from openrath_project import large_values
 from openrath_project.errors import NotFound
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid
@@ -54,3 +55,13 @@ def interrupt_get(*, principal: Principal, interrupt_id: object) -> Interrupt:
     if found is None:
         raise NotFound("interrupt not found", details={"interrupt": str(interrupt_id)})
     return found
+
+
+def run_refers_to(run: Run, digest: str) -> bool:
+    """Whether the run's input, state, output or any checkpoint holds a reference to the
+    artifact ``digest`` (what lets a reader of the run read the artifact)."""
+    for value in (run.input, run.state, run.output):
+        if large_values.mentions(value, digest):
+            return True
+    states = Checkpoint.objects.filter(run_id=run.id).values_list("state", flat=True)
+    return any(large_values.mentions(state, digest) for state in states.iterator())

@@ -28,6 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from openrath_project import large_values, metrics
 from openrath_project.errors import Conflict, RateLimited, ValidationFailed
 from openrath_project.tenancy.models import Project
 from runs_app import dispatch
@@ -142,6 +143,7 @@ def run_create(
             "the session belongs to another project", details={"session": ["another project"]}
         )
     _check_queue_cap(project.tenant_id)
+    initial = large_values.offload(project.tenant_id, initial)
     plan_row = plan_store(workflow.plan)
     run_id = uuid.uuid4()
     try:
@@ -892,7 +894,7 @@ def run_schedule_retry(
     """A failed attempt with attempts left: back to the queue with a durable timer; the lease
     is released while waiting (no worker sleeps holding it)."""
     wake_at = timezone.now() + timedelta(seconds=delay)
-    return run_transition(
+    retried = run_transition(
         run_id=claim.run_id,
         to="queued",
         event="step.retry_scheduled",
@@ -906,6 +908,8 @@ def run_schedule_retry(
         token=claim.token,
         changes={"attempt": attempt + 1, "wake_at": wake_at},
     )
+    metrics.retry_scheduled(workflow=retried.workflow)
+    return retried
 
 
 def run_needs_review(
@@ -1160,7 +1164,7 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
     )[:1000]:
         attempt = run.attempt + 1
         try:
-            if attempt > _max_attempts(run) + MAX_CRASH_ATTEMPTS - 1:
+            if attempt > _max_attempts(run) + MAX_CRASH_ATTEMPTS:
                 run_transition(
                     run_id=run.id,
                     to="failed",
@@ -1176,6 +1180,7 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
                     },
                 )
                 result.failed_crashes += 1
+                metrics.lease_expired(action="failed")
             else:
                 run_transition(
                     run_id=run.id,
@@ -1187,6 +1192,7 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
                     changes={"attempt": attempt},
                 )
                 result.expired_leases += 1
+                metrics.lease_expired(action="requeued")
         except (StaleLease, Conflict):
             continue  # renewed or finished meanwhile
     for run in Run.objects.filter(deadline__lt=now).exclude(status__in=TERMINAL).only("id")[:1000]:

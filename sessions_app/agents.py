@@ -14,8 +14,10 @@ model and provider that produced them. See docs/agents.md.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +35,8 @@ from sessions_app.tools import (
     tool,
 )
 from sessions_app.value import Session
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MEMORY_SCOPES",
@@ -259,12 +263,16 @@ def _run_writing_tool(
         return dispatch_tool({tool.name: tool}, session, call, policy=policy, counter=counter)
 
     def writing_tool(name: str, arguments: str, idempotency_key: str = "") -> dict[str, Any]:
-        outcome = dispatch_tool({tool.name: tool}, session, call, policy=policy, counter=counter)
+        outcome = keep_full_output(
+            session,
+            dispatch_tool({tool.name: tool}, session, call, policy=policy, counter=counter),
+        )
         return {
             "output": outcome.output,
             "error": outcome.error,
             "error_kind": outcome.error_kind,
             "truncated": outcome.truncated,
+            "artifact": outcome.artifact,
         }
 
     # A stable name: the ledger's request digest must not depend on this closure's identity.
@@ -278,6 +286,42 @@ def _run_writing_tool(
         error=recorded.get("error"),
         error_kind=recorded.get("error_kind"),
         truncated=bool(recorded.get("truncated")),
+        artifact=recorded.get("artifact"),
+    )
+
+
+def keep_full_output(session: Any, outcome: ToolOutcome) -> ToolOutcome:
+    """Store a truncated tool output whole as an artifact of the session's tenant.
+
+    The model sees the truncated text (its context stays bounded); the ``tool_result`` chunk
+    carries the artifact reference, so nothing the tool produced is lost and
+    ``GET /api/v1/sessions/<id>/artifacts/<digest>/`` returns it. Without a stored project (an
+    in-memory session) or when the store fails, the chunk keeps the truncated output only, and
+    the failure is logged: a tool's answer never fails the agent because storage is down.
+    """
+    if outcome.full_output is None or outcome.artifact is not None:
+        return outcome
+    project = getattr(session, "project", None)
+    tenant_id = getattr(project, "tenant_id", None)
+    if tenant_id is None:
+        return outcome
+    from openrath_project.artifacts import artifact_put
+    from openrath_project.errors import DomainError
+
+    full = outcome.full_output
+    if isinstance(full, str):
+        data, media_type = full.encode(), "text/plain"
+    else:
+        data, media_type = json.dumps(full, ensure_ascii=False).encode(), "application/json"
+    try:
+        ref = artifact_put(tenant_id=tenant_id, data=data, media_type=media_type)
+    except DomainError as exc:
+        logger.warning("could not keep a truncated tool output as an artifact: %s", exc)
+        return outcome
+    return dataclasses.replace(
+        outcome,
+        full_output=None,
+        artifact={"digest": ref.digest, "size": ref.size, "media_type": media_type},
     )
 
 
@@ -479,7 +523,10 @@ class Agent:
             return _run_writing_tool(
                 session, chosen, call, policy=self.policy, counter=counter, occurrence=occurrence
             )
-        return dispatch_tool(self._tools, session, call, policy=self.policy, counter=counter)
+        return keep_full_output(
+            session,
+            dispatch_tool(self._tools, session, call, policy=self.policy, counter=counter),
+        )
 
     @staticmethod
     def _result_content(call: ToolCallRequest, outcome: ToolOutcome) -> dict[str, Any]:
@@ -493,6 +540,8 @@ class Agent:
             content["error_kind"] = outcome.error_kind
         if outcome.truncated:
             content["truncated"] = True
+        if outcome.artifact is not None:
+            content["artifact"] = outcome.artifact
         return content
 
     # --- memory ---------------------------------------------------------------------------

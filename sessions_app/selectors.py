@@ -226,3 +226,15 @@ def project_usage(project: Project) -> dict[str, int | float]:
         "cost_usd": float(totals["cost_usd"] or 0),
         "sessions": int(totals["sessions"] or 0),
     }
+
+
+def chunk_artifact(session: Session, digest: str) -> dict[str, Any] | None:
+    """The reference to artifact ``digest`` in one of the session's chunks (an ``artifact``
+    chunk, or a ``tool_result`` whose whole output was kept), or ``None``."""
+    for chunk in chunk_all(session.id, upto=session.length):
+        if chunk.kind not in ("artifact", "tool_result") or not isinstance(chunk.content, dict):
+            continue
+        ref = chunk.content if chunk.kind == "artifact" else chunk.content.get("artifact")
+        if isinstance(ref, dict) and ref.get("digest") == digest:
+            return ref
+    return None

@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -48,6 +48,10 @@ class ToolOutcome:
     error: str | None
     error_kind: str | None
     truncated: bool
+    #: The whole output when ``output`` was truncated (the agent keeps it as an artifact).
+    full_output: Any = field(default=None, repr=False, compare=False)
+    #: The artifact reference of the whole output, once stored.
+    artifact: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -190,4 +194,10 @@ def dispatch_tool(
         return _failure(TOOL_EXECUTION_EXCEPTION, f"{type(exc).__name__}: {exc}")
 
     capped, truncated = cap_output(output, tool.max_output_chars)
-    return ToolOutcome(output=capped, error=None, error_kind=None, truncated=truncated)
+    return ToolOutcome(
+        output=capped,
+        error=None,
+        error_kind=None,
+        truncated=truncated,
+        full_output=output if truncated else None,
+    )

@@ -870,3 +870,60 @@ def test_an_agent_round_trip_through_the_openai_provider(
         },
     ]
     assert session.usage["total_tokens"] == 64
+
+
+# --- large tool outputs --------------------------------------------------------------------------
+
+
+@tool(max_output_chars=2_000)
+def dump(lines: int) -> str:
+    """Print many lines.
+
+    Args:
+        lines: How many.
+    """
+    return "".join(f"line {n}\n" for n in range(lines))
+
+
+def test_a_truncated_tool_output_is_kept_whole_as_an_artifact(
+    project: Any, settings: Any, tmp_path: Path, make_token: Any, client_for: Any
+) -> None:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "artifacts")},
+        },
+    }
+    provider = scripted(
+        {"tool_calls": [call("c1", "dump", {"lines": 5000})]},
+        {"text": "done"},
+    )
+    session = Session.from_user_message("dump it", project=project)
+    Agent("Use the tool.", provider, tools=[dump], name="dumper")(session)
+
+    result = session.chunks[2]
+    full = "".join(f"line {n}\n" for n in range(5000)).encode()
+    # The model saw the truncated text; the chunk refers to the whole output.
+    assert result.content["truncated"] is True
+    assert len(result.content["output"]) < 2_100
+    assert provider.requests[1]["messages"][-1]["content"] == result.content["output"]
+    assert result.content["artifact"] == {
+        "digest": hashlib.sha256(full).hexdigest(),
+        "size": len(full),
+        "media_type": "text/plain",
+    }
+    url = f"/api/v1/sessions/{session.id}/artifacts/{result.content['artifact']['digest']}/"
+    response = client_for(make_token(["sessions:read"])).get(url)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain"
+    assert response.content == full
+    # Only through a session that refers to it; never another tenant's.
+    other = Session.from_user_message("hello", project=project)
+    assert (
+        client_for(make_token(["sessions:read"]))
+        .get(f"/api/v1/sessions/{other.id}/artifacts/{result.content['artifact']['digest']}/")
+        .status_code
+        == 404
+    )
+    assert client_for(make_token(["runs:read"])).get(url).status_code == 403

@@ -242,3 +242,36 @@ class AgentStep(flow.Workflow):
         if count("agent_step") == 1:
             raise ConnectionError("flaky after the write")
         return {**state, "done": True}
+
+
+class LargeState(flow.Workflow):
+    """State values over the inline limit: stored as artifacts, seen whole by every step."""
+
+    name = "large_state"
+
+    @flow.step(entry=True, successors=("split",), effects="none")
+    def write(self, state, ctx):
+        return {**state, "doc": "d" * state["size"], "small": 1}
+
+    @flow.router(successors=("left", "right"))
+    def split(self, state, ctx):
+        assert len(state["doc"]) == state["size"]
+        return ["left", "right"]
+
+    @flow.step(successors=("merge",), effects="none")
+    def left(self, state, ctx):
+        return {**state, "part": ["L" * 1000] * (state["size"] // 1000)}
+
+    @flow.step(successors=("merge",), effects="none")
+    def right(self, state, ctx):
+        return {**state, "part": ["R" * 1000] * (state["size"] // 1000)}
+
+    @flow.step(join=True, successors=("check",), effects="none")
+    def merge(self, state, ctx):
+        parts = {b["branch"]: b["state"]["part"][0][0] for b in state["branches"]}
+        doc = state["branches"][0]["state"]["doc"]
+        return {"doc": doc + "!", "parts": parts, "size": state["branches"][0]["state"]["size"]}
+
+    @flow.step(effects="none")
+    def check(self, state, ctx):
+        return {**state, "doc_length": len(state["doc"])}
