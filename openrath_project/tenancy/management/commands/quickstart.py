@@ -17,6 +17,11 @@ DEMO_PROJECT = "demo"
 DEMO_USER = "operator"
 
 
+DEMO_WORKFLOW = "research_team"
+#: One demo run per data directory: re-running the quickstart shows the same run again.
+DEMO_IDEMPOTENCY_KEY = "quickstart-demo"
+
+
 class Command(BaseCommand):
     help = (
         "The embedded quickstart: migrate, create a demo tenant, project, operator login and API "
@@ -27,6 +32,11 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-serve", action="store_true", help="set up, print, and exit")
+        parser.add_argument(
+            "--no-demo",
+            action="store_true",
+            help="do not start the research-team demo run",
+        )
 
     def _demo_password(self) -> str:
         """The demo login's password, kept in the data dir so re-runs print the same one."""
@@ -63,17 +73,52 @@ class Command(BaseCommand):
             details={"grants": token.grants, "via": "quickstart"},
         )
         base = f"http://{options['host']}:{options['port']}"
+        demo = None if options["no_demo"] else self._demo_run(project)
         lines = [
             "",
             f"OpenRath on Django ({settings.PROFILE} profile, data in {settings.DATA_DIR})",
             f"  console login : {base}/console/  user {DEMO_USER!r}, password {password!r}",
+            f"  approvals     : {base}/console/approvals/  (runs: {base}/console/runs/)",
             f"  admin         : {base}/{settings.ADMIN_PATH}",
             f"  API docs      : {base}/api/v1/docs/",
             f"  API token     : {raw}",
             f"  try           : curl -H 'Authorization: Bearer {raw}' {base}/api/v1/projects/",
             "",
         ]
+        if demo is not None:
+            lines[-1:-1] = [
+                f"  demo run      : {base}/console/runs/{demo.id}/  ({demo.workflow}, "
+                f"{demo.status}; approve it at {base}/console/approvals/)",
+                f"  its lineage   : {base}/console/sessions/{demo.session_id}/lineage/",
+                f"  its report    : {settings.DATA_DIR / 'reports' / f'{demo.id}.md'} "
+                "(written once you approve)",
+            ]
         self.stdout.write("\n".join(lines))
         if options["no_serve"]:
             return
         call_command("serve", host=options["host"], port=options["port"])
+
+    def _demo_run(self, project: Project) -> Any:
+        """Start (once) the research team demo, which pauses for an operator's approval."""
+        from runs_app import services as run_services
+        from runs_app.registration import workflows
+        from runs_app.registry import UnknownWorkflow
+
+        try:
+            entry = workflows().get(DEMO_WORKFLOW)
+        except UnknownWorkflow:
+            self.stderr.write(
+                f"the demo workflow {DEMO_WORKFLOW!r} is not registered "
+                "(OPENRATH_WORKFLOW_MODULES); no demo run started"
+            )
+            return None
+        from openrath_project.examples.research_team import QUESTION
+
+        run, _ = run_services.run_create(
+            project=project,
+            workflow=entry,
+            user_message=QUESTION,
+            idempotency_key=DEMO_IDEMPOTENCY_KEY,
+            created_by="quickstart",
+        )
+        return run
