@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -90,6 +91,15 @@ def _outcome(status: int) -> str:
     return "success" if status < 400 else "failure"
 
 
+def _sent_to_admin_login(request: HttpRequest, response: HttpResponse) -> bool:
+    """The admin refuses an anonymous or non-staff request with a redirect to its login page
+    (not a 401/403): that is a denial, not a success."""
+    if response.status_code not in (301, 302, 303) or not response.has_header("Location"):
+        return False
+    login = "/" + str(settings.ADMIN_PATH) + "login/"
+    return urlsplit(response["Location"]).path == login and request.path != login
+
+
 def _error_code(response: HttpResponse) -> str | None:
     data: Any = getattr(response, "data", None)
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
@@ -117,7 +127,7 @@ class AuditMiddleware:
     def _record(self, request: HttpRequest, response: HttpResponse) -> None:
         status = response.status_code
         mutating = request.method not in SAFE_METHODS
-        denied = status in (401, 403)
+        denied = status in (401, 403) or _sent_to_admin_login(request, response)
         if not _audited_path(request.path) or not (mutating or denied):
             return
         if getattr(request, "audit_skip", False) and not denied:
@@ -151,7 +161,7 @@ class AuditMiddleware:
         audit_record(
             actor=actor,
             action=note.get("action") or default_action,
-            outcome=_outcome(status),
+            outcome="denied" if denied else _outcome(status),
             tenant=tenant,
             project=project if project is not None and tenant is not None else None,
             object_type=note.get("object_type", ""),

@@ -22,7 +22,9 @@ from typing import Any, ClassVar, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib.admin import helpers, widgets
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -87,6 +89,26 @@ class TenantScopedAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return scope_to_tenants(super().get_queryset(request), request, self.tenant_path)
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if not super().has_change_permission(request, obj):
+            return False
+        return obj is None or self._administers(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if not super().has_delete_permission(request, obj):
+            return False
+        return obj is None or self._administers(request, obj)
+
+    def _administers(self, request: HttpRequest, obj: Any) -> bool:
+        """Editing a row takes the admin role in its tenant, whatever Django model permissions
+        the staff member holds (a viewer or operator only looks; superusers may do anything)."""
+        user: Any = request.user
+        if user.is_superuser:
+            return True
+        administered = Membership.objects.filter(user_id=user.pk, role="admin").values("tenant_id")
+        lookup = f"{self.tenant_path}__in" if self.tenant_path else "pk__in"
+        return self.model._default_manager.filter(pk=obj.pk, **{lookup: administered}).exists()
+
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
         return [
             (f, admin.RelatedOnlyFieldListFilter) if f in SCOPED_FILTER_FIELDS else f
@@ -95,12 +117,70 @@ class TenantScopedAdmin(admin.ModelAdmin):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         tenant_ids = staff_tenant_ids(request)
-        if tenant_ids is not None:
-            if db_field.related_model is Tenant:
-                kwargs["queryset"] = Tenant.objects.filter(id__in=tenant_ids)
-            elif db_field.related_model is Project:
-                kwargs["queryset"] = Project.objects.filter(tenant_id__in=tenant_ids)
+        choices = scoped_choices(db_field.related_model, tenant_ids)
+        if choices is not None:
+            kwargs.setdefault("queryset", choices)  # a subclass may narrow it further
+            if db_field.name in self.raw_id_fields and "widget" not in kwargs:
+                kwargs["widget"] = ScopedRawIdWidget(
+                    db_field.remote_field,
+                    self.admin_site,
+                    using=kwargs.get("using"),
+                    allowed=kwargs["queryset"],
+                )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        """A selection that is not a primary key of this model (a forged form) selects nothing,
+        instead of failing the action's query (a 500)."""
+        pk = self.model._meta.pk
+        assert pk is not None
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(request, "No such rows: nothing was changed.", messages.WARNING)
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)
+
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        choices = scoped_choices(db_field.related_model, staff_tenant_ids(request))
+        if choices is not None:
+            kwargs.setdefault("queryset", choices)  # e.g. a token's projects
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+
+def scoped_choices(model: Any, tenant_ids: frozenset[uuid.UUID] | None) -> QuerySet[Any] | None:
+    """The rows of ``model`` a staff member of ``tenant_ids`` may pick in a form: tenants,
+    projects and users of those tenants only (their names would tell another tenant's);
+    ``None`` when not restricted (a superuser, or a model without a tenant)."""
+    if tenant_ids is None:
+        return None
+    if model is Tenant:
+        return Tenant.objects.filter(id__in=tenant_ids)
+    if model is Project:
+        return Project.objects.filter(tenant_id__in=tenant_ids)
+    if model is get_user_model():
+        members = Membership.objects.filter(tenant_id__in=tenant_ids).values("user_id")
+        return get_user_model().objects.filter(pk__in=members)
+    return None
+
+
+class ScopedRawIdWidget(widgets.ForeignKeyRawIdWidget):
+    """A raw-id input that names the chosen row only when it is one of ``allowed``: the stock
+    widget looks any id up, which would show another tenant's user or project by its id."""
+
+    def __init__(self, *args: Any, allowed: QuerySet[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allowed = allowed
+
+    def label_and_url_for_value(self, value: Any) -> tuple[str, str]:
+        try:
+            visible = self.allowed.filter(pk=value).exists()
+        except (ValueError, ValidationError):
+            visible = False
+        return super().label_and_url_for_value(value) if visible else ("", "")
 
 
 class EngineAdmin(TenantScopedAdmin):

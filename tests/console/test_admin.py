@@ -330,3 +330,29 @@ def test_sessions_admin_is_read_only(superuser_client, project):
     detail = superuser_client.get(f"{ADMIN}sessions_app/session/{session.id}/change/")
     assert detail.status_code == 200
     assert 'name="title"' not in detail.content.decode()
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+def test_editing_a_row_takes_the_admin_role_whatever_the_model_permissions(staff, project, role):
+    client = staff(role)
+    url = f"{ADMIN}tenancy/project/{project.id}/change/"
+    page = client.get(url)
+    assert page.status_code == 200  # may look (view permission) ...
+    assert b'name="_save"' not in page.content
+    refused = client.post(
+        url, {"slug": project.slug, "name": "renamed", "tenant": project.tenant_id}
+    )
+    assert refused.status_code == 403  # ... but not change
+    project.refresh_from_db()
+    assert project.name != "renamed"
+    deleted = client.post(f"{ADMIN}tenancy/project/{project.id}/delete/", {"post": "yes"})
+    assert deleted.status_code == 403
+
+
+def test_a_tenant_admin_may_edit_its_rows(staff, project):
+    client = staff("admin")
+    url = f"{ADMIN}tenancy/project/{project.id}/change/"
+    saved = client.post(url, {"slug": project.slug, "name": "renamed", "tenant": project.tenant_id})
+    assert saved.status_code == 302, saved.content[:2000]
+    project.refresh_from_db()
+    assert project.name == "renamed"

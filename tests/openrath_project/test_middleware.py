@@ -55,3 +55,15 @@ def test_request_id_reaches_the_audit_row(make_token, client_for):
         "/api/v1/projects/", {"slug": "traced"}, format="json", HTTP_X_REQUEST_ID="trace-42"
     )
     assert AuditEvent.objects.get(request_id="trace-42").action == "project.create"
+
+
+def test_an_admin_write_refused_with_a_login_redirect_is_audited_as_denied(client, project):
+    url = f"/admin/tenancy/project/{project.id}/change/"
+    response = client.post(url, {"name": "renamed"})
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+    project.refresh_from_db()
+    assert project.name != "renamed"
+    event = AuditEvent.objects.order_by("-id").first()
+    assert event is not None
+    assert (event.actor, event.outcome, event.status_code) == ("anonymous", "denied", 302)
