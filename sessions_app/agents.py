@@ -445,7 +445,8 @@ class Agent:
         counter = self.policy.new_counter() if self.policy is not None else None
         seen: dict[tuple[str, str], int] = {}
         for turn_number in range(1, self.max_turns + 1):
-            chunks.extend(session.chunks[len(chunks) :])
+            if turn_number > 1 or self.memory is not None:  # what this loop appended since
+                chunks.extend(session.chunks[len(chunks) :])
             messages = preamble + chunks_to_messages(chunks)
             turn = self._complete(session, messages, schemas, turn_number)
             session.extend(self._assistant_chunks(turn))
