@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -115,3 +117,41 @@ def manage(env: dict[str, str], *args: str) -> str:
         raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
     lines = result.stdout.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+# --- Ports on 127.0.0.1 (benchmarks and the tests that start the production profile) ---------
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free on 127.0.0.1 a moment ago."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def consecutive_free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports on 127.0.0.1 (SeaweedFS's gRPC ports are
+    BASE+0..3). Taken from 20000-31999, below Linux's ephemeral range (32768+), so no outgoing
+    connection can take one between this check and the server binding it."""
+    for _ in range(200):
+        base = 20000 + secrets.randbelow(12000 - count)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")

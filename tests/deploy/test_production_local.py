@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.s3 import free_ports, require_weed
+from benchmarks._common import consecutive_free_ports, free_ports
+from tests.s3 import require_weed
 from tests.support import REPO, require_redis, run_manage, service_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
@@ -50,25 +51,6 @@ def _admin_connection() -> Any:
         return psycopg.connect(_admin_url(), autocommit=True, connect_timeout=3)
     except Exception as exc:
         service_missing(f"needs PostgreSQL with a superuser at {_admin_url()}: {exc}")
-
-
-def _consecutive_free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports that are free on 127.0.0.1."""
-    for _ in range(200):
-        base = 20000 + secrets.randbelow(30000)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise AssertionError("no consecutive free ports")
 
 
 def _request(url: str, *, token: str | None = None, body: Any = None) -> tuple[int, Any]:
@@ -139,7 +121,7 @@ def local_instance(tmp_path):
         "OPENRATH_LOCAL_WEED_MASTER_PORT": str(master),
         "OPENRATH_LOCAL_WEED_VOLUME_PORT": str(volume),
         "OPENRATH_LOCAL_WEED_FILER_PORT": str(filer),
-        "OPENRATH_LOCAL_WEED_GRPC_BASE": str(_consecutive_free_ports(4)),
+        "OPENRATH_LOCAL_WEED_GRPC_BASE": str(consecutive_free_ports(4)),
         "OPENRATH_LOCAL_WORKER_METRICS_PORT": str(worker_metrics),
         "OPENRATH_LOCAL_READY_TIMEOUT": "90",
         "OPENRATH_WORKFLOW_MODULES": "tests.drills.workflows",

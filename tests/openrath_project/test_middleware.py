@@ -67,3 +67,31 @@ def test_an_admin_write_refused_with_a_login_redirect_is_audited_as_denied(clien
     event = AuditEvent.objects.order_by("-id").first()
     assert event is not None
     assert (event.actor, event.outcome, event.status_code) == ("anonymous", "denied", 302)
+
+
+def test_database_unavailable_is_503_and_its_audit_row_is_logged_not_awaited(
+    make_token, client_for, monkeypatch, caplog
+):
+    """A write refused because the database is gone changed nothing; the audit middleware
+    logs it instead of waiting for the pool a second time (which doubled the client's wait)."""
+    from django.db import OperationalError
+
+    from openrath_project.tenancy import services
+
+    def unavailable(**kwargs):
+        raise OperationalError("couldn't get a connection after 10.00 sec")
+
+    monkeypatch.setattr(services, "project_create", unavailable)
+    client = client_for(make_token(["projects:write"]))
+    with caplog.at_level("WARNING", logger="openrath_project.middleware"):
+        response = client.post(
+            "/api/v1/projects/", {"slug": "gone"}, format="json", HTTP_X_REQUEST_ID="db-down-1"
+        )
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert error_of(response)["code"] == "database_unavailable"
+    assert not AuditEvent.objects.filter(request_id="db-down-1").exists()
+    assert not Project.objects.filter(slug="gone").exists()
+    (logged,) = [r for r in caplog.records if "audit event not written" in r.getMessage()]
+    assert "project.create" in logged.getMessage()
+    assert "POST /api/v1/projects/" in logged.getMessage()
