@@ -351,7 +351,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["openrath_project.api.permissions.GrantRequired"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["openrath_project.api.parsers.StrictJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "openrath_project.api.pagination.CursorPage",
     "DEFAULT_THROTTLE_CLASSES": ["openrath_project.api.throttling.WriteRateThrottle"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from openrath_project.jsontext import without_nul
 from sessions_app import context, streaming
 from sessions_app.providers.base import ModelTurn, Provider, ProviderError, ToolCallRequest
 from sessions_app.tools import (
@@ -506,6 +507,9 @@ class Agent:
             )
         for position, item in enumerate(items):
             item["usage"] = dict(spent if position == 0 else nothing)
+            # A chunk cannot hold NUL (PostgreSQL refuses it); a model that emits one gets
+            # U+FFFD in the record instead of failing the step.
+            item["content"] = without_nul(item["content"])
         return items
 
     def _dispatch(

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from openrath_project.jsontext import nul_path
+
 ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("message", "tool_call", "tool_result", "summary", "event", "artifact")
 TRUST_LABELS = ("trusted", "untrusted")
@@ -140,9 +142,12 @@ def make_draft(
         allowed = ", ".join(sorted(KIND_ROLES[kind]))
         raise ChunkInvalid("role", f"a {kind} chunk must have role {allowed}; got {role!r}")
     check_content(kind, content)
-    size = content_size(content)
+    text = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode())
     if size > max_bytes:
         raise ChunkTooLarge("content", f"is {size} bytes; the limit is {max_bytes} bytes")
+    if "\\u0000" in text and (where := nul_path(content, "content")) is not None:
+        raise ChunkInvalid(where, "must not contain the NUL character \\u0000")
     if trust is not None and trust not in TRUST_LABELS:
         raise ChunkInvalid("trust", f"must be one of {', '.join(TRUST_LABELS)}")
     if not isinstance(agent, str) or len(agent) > 200:

@@ -22,6 +22,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
+from openrath_project.jsontext import nul_path, without_nul
 from sessions_app.providers.base import ToolCallRequest
 from sessions_app.tools.base import FlowToolCall
 from sessions_app.tools.policy import CallCounter, ToolPolicy, ToolPolicyViolation
@@ -65,7 +66,7 @@ class ToolOutcome:
 
 
 def _failure(kind: str, message: str) -> ToolOutcome:
-    text, truncated = truncate_text(message, ERROR_MAX_CHARS)
+    text, truncated = truncate_text(without_nul(message), ERROR_MAX_CHARS)
     return ToolOutcome(output=None, error=text, error_kind=kind, truncated=truncated)
 
 
@@ -87,6 +88,11 @@ def cap_output(output: Any, max_chars: int) -> tuple[Any, bool]:
         encoded = json.dumps(output, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         output = str(output)
+        encoded = json.dumps(output, ensure_ascii=False)
+    if "\\u0000" in encoded and nul_path(output) is not None:
+        # A chunk cannot hold NUL (PostgreSQL): the model sees U+FFFD, as for undecodable
+        # bytes; a truncated original is kept whole as an artifact.
+        output = without_nul(output)
         encoded = json.dumps(output, ensure_ascii=False)
     if len(encoded) <= max_chars:
         return output, False

@@ -23,3 +23,23 @@ def test_fuzzing_finds_nothing():
     assert result["tried"] >= 300
     assert not any(status >= 500 for status in result["statuses"])
     assert {200, 201, 400, 403, 404} <= set(result["statuses"])
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_fuzzing_the_production_profile_finds_nothing(tmp_path):
+    """The same pass against the production profile (production-local: PostgreSQL with its
+    roles, Redis, SeaweedFS, uvicorn, Celery). PostgreSQL refuses inputs SQLite takes (it found
+    ISO offsets beyond 15:59 in the time filters), so both profiles are fuzzed."""
+    from tests.s3 import require_weed
+
+    require_weed()
+    base, tokens, env, local = fuzz.start_production(tmp_path / "production")
+    try:
+        result = fuzz.fuzz(base, tokens, examples=3, max_seconds=240, env=env)
+    finally:
+        fuzz.stop_production(local)
+    assert result["failures"] == []
+    assert result["tried"] >= 250
+    assert not any(status >= 500 for status in result["statuses"])
+    assert {200, 201, 400, 403, 404} <= set(result["statuses"])

@@ -11,6 +11,7 @@ from rest_framework import mixins, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from openrath_project.api.filters import UtcIsoDateTimeFilter
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.errors import PermissionDenied
 from openrath_project.tenancy import selectors, services
@@ -80,8 +81,8 @@ class AuditFilter(django_filters.FilterSet):
     object_id = django_filters.CharFilter()
     request_id = django_filters.CharFilter()
     project = django_filters.UUIDFilter(field_name="project_id")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -1,0 +1,41 @@
+"""JSON text PostgreSQL can store. ``jsonb`` (and ``text``) cannot hold the NUL character:
+``"\\u0000"`` is valid JSON and SQLite takes it, but PostgreSQL refuses the whole row. Inputs
+are checked where they enter (the API's JSON parser, chunk drafts), so both profiles answer
+the same clear error instead of PostgreSQL's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NUL = "\x00"
+
+
+def nul_path(value: Any, path: str = "$") -> str | None:
+    """The JSONPath-like location of the first string (or object key) holding a NUL, or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and NUL in key:
+                    return f"{where} (a key)"
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def without_nul(value: Any, replacement: str = "\ufffd") -> Any:
+    """``value`` (a string, or JSON-like structure, keys included) with each NUL replaced by
+    U+FFFD, as undecodable bytes are: for tool output, which may be a binary file's bytes and
+    is recorded as text. Values without a NUL are returned as they are."""
+    if isinstance(value, str):
+        return value.replace(NUL, replacement) if NUL in value else value
+    if isinstance(value, dict):
+        return {without_nul(k, replacement): without_nul(v, replacement) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(item, replacement) for item in value]
+    return value
