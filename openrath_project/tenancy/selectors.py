@@ -32,6 +32,8 @@ def project_get(*, principal: Principal, ref: object) -> Project:
         principal.check_project(ref)
         return ref
     as_uuid = parse_uuid(ref)
+    if as_uuid is None and "\x00" in str(ref):  # no slug holds NUL (and PostgreSQL refuses it)
+        raise NotFound("project not found", details={"project": str(ref).replace("\x00", "\ufffd")})
     condition = Q(id=as_uuid) if as_uuid is not None else Q(slug=str(ref))
     project = project_list(principal=principal).filter(condition).first()
     if project is None:

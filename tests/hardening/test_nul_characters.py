@@ -43,24 +43,32 @@ def test_a_chunk_draft_with_nul_names_where_it_is():
 
 
 @pytest.mark.parametrize(
-    ("path", "body"),
+    ("path", "body", "field", "where"),
     [
-        ("/api/v1/sessions/", {"user_message": "hi", "metadata": {"k": "a\x00b"}}),
-        ("/api/v1/sessions/", {"user_message": "hi", "metadata": {"a\x00": 1}}),
-        ("/api/v1/memory/", {"text": "ok", "scope": "project", "metadata": {"x": ["\x00"]}}),
-        ("/api/v1/runs/", {"workflow": "anything", "state": {"x": "\x00"}}),
+        ("/api/v1/sessions/", {"metadata": {"k": "a\x00b"}}, "metadata", "$.metadata.k"),
+        ("/api/v1/sessions/", {"metadata": {"a\x00": 1}}, "metadata", "$.metadata (a key)"),
+        ("/api/v1/sessions/", {"a\x00": 1}, "non_field_errors", "$ (a key)"),
+        (
+            "/api/v1/memory/",
+            {"text": "ok", "metadata": {"x": ["\x00"]}},
+            "metadata",
+            "$.metadata.x[0]",
+        ),
+        ("/api/v1/runs/", {"workflow": "w", "state": {"x": "\x00"}}, "state", "$.state.x"),
     ],
 )
-def test_the_api_refuses_nul_with_a_400_and_stores_nothing(
-    path: str, body: dict[str, Any], project, make_token, client_for
+def test_the_api_refuses_nul_with_a_400_naming_the_field_and_stores_nothing(
+    path: str, body: dict[str, Any], field: str, where: str, project, make_token, client_for
 ):
     client = client_for(make_token(["sessions:write", "memory:write", "runs:write"]))
     sessions_before = SessionRow.objects.count()
-    response = client.post(path, {"project": project.slug, **body}, format="json")
+    payload = {"project": project.slug, "user_message": "hi", "scope": "project", **body}
+    response = client.post(path, payload, format="json")
     assert response.status_code == 400, response.content
     error = error_of(response)
-    assert error["code"] == "malformed_request"
-    assert "\\u0000" in error["message"]
+    assert error["code"] == "invalid"
+    assert list(error["details"]) == [field]
+    assert error["details"][field] == [f"must not contain the NUL character \\u0000 (at {where})"]
     assert SessionRow.objects.count() == sessions_before
 
 
@@ -76,7 +84,9 @@ def test_appending_a_chunk_with_nul_is_a_400_and_appends_nothing(project, make_t
         format="json",
     )
     assert response.status_code == 400, response.content
-    assert "$.chunks[0].content.text" in error_of(response)["message"]
+    error = error_of(response)
+    assert (error["code"], list(error["details"])) == ("invalid", ["chunks"])
+    assert "$.chunks[0].content.text" in error["message"]
     assert Chunk.objects.filter(session_id=session_id).count() == 1
 
 
@@ -118,3 +128,20 @@ def test_a_truncated_tool_output_with_nul_is_capped_after_replacing_it():
     assert truncated is True
     assert "\x00" not in capped
     assert capped.startswith('{"bytes": "\ufffd')
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/projects/a%00b/",
+        "/api/v1/sessions/?project=a%00b",
+        "/api/v1/runs/?workflow=a%00b",
+        "/api/v1/workflows/a%00b/",
+        "/api/v1/sessions/a%00b/",
+    ],
+)
+def test_nul_in_a_path_or_query_is_a_4xx(url, make_token, client_for):
+    client = client_for(make_token(["projects:read", "sessions:read", "runs:read"]))
+    response = client.get(url)
+    assert response.status_code in (400, 404), response.content
+    assert error_of(response)["code"] in ("invalid", "not_found")
