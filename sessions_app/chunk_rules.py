@@ -110,10 +110,6 @@ def check_usage(usage: Any) -> dict[str, Any] | None:
     return normalised
 
 
-def content_size(content: Any) -> int:
-    return len(json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode())
-
-
 def default_trust(role: str, kind: str) -> str:
     """Tool output is untrusted unless someone says otherwise; the rest is the tenant's own."""
     return "untrusted" if role == "tool" or kind == "tool_result" else "trusted"
