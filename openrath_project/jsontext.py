@@ -31,11 +31,17 @@ def nul_path(value: Any, path: str = "$") -> str | None:
 def without_nul(value: Any, replacement: str = "\ufffd") -> Any:
     """``value`` (a string, or JSON-like structure, keys included) with each NUL replaced by
     U+FFFD, as undecodable bytes are: for tool output, which may be a binary file's bytes and
-    is recorded as text. Values without a NUL are returned as they are."""
+    is recorded as text. A value without a NUL is returned as it is (the same object)."""
+    if nul_path(value) is None:
+        return value
+    return _replaced(value, replacement)
+
+
+def _replaced(value: Any, replacement: str) -> Any:
     if isinstance(value, str):
-        return value.replace(NUL, replacement) if NUL in value else value
+        return value.replace(NUL, replacement)
     if isinstance(value, dict):
-        return {without_nul(k, replacement): without_nul(v, replacement) for k, v in value.items()}
+        return {_replaced(k, replacement): _replaced(v, replacement) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [without_nul(item, replacement) for item in value]
+        return [_replaced(item, replacement) for item in value]
     return value

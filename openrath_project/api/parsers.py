@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import JSONParser
 
-from openrath_project.jsontext import nul_path
+from openrath_project.jsontext import NUL, nul_path
 
 
 class StrictJSONParser(JSONParser):
@@ -17,11 +17,17 @@ class StrictJSONParser(JSONParser):
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         data = super().parse(stream, media_type, parser_context)
-        where = nul_path(data)
-        if where is None:
-            return data
-        message = f"must not contain the NUL character \\u0000 (at {where})"
-        field = where[2:].split(".", 1)[0].split("[", 1)[0].split(" ", 1)[0]
-        if not isinstance(data, dict) or not field or field not in data:
-            field = "non_field_errors"
-        raise ValidationError({field: [message]})
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if NUL in key:
+                    raise _refused("non_field_errors", "$ (a key)")
+                where = nul_path(value, f"$.{key}")
+                if where is not None:
+                    raise _refused(key, where)
+        elif (where := nul_path(data)) is not None:
+            raise _refused("non_field_errors", where)
+        return data
+
+
+def _refused(field: str, where: str) -> ValidationError:
+    return ValidationError({field: [f"must not contain the NUL character \\u0000 (at {where})"]})
