@@ -62,9 +62,14 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 <= q <= 1) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 def p99_ms(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))] * 1000
+    return percentile(samples, 0.99) * 1000
 
 
 def machine_note() -> str:

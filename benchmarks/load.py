@@ -33,6 +33,7 @@ from benchmarks._common import (  # noqa: E402
     consecutive_free_ports,
     free_ports,
     manage,
+    percentile,
     write_section,
 )
 
@@ -134,11 +135,6 @@ def client(base: str, token: str, runs: int, deadline: float, out: list[dict[str
         if not record["ok"]:
             record["error"] = f"run ended {current['status']}"
         out.append(record)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def measure(workers: int, clients: int, runs: int, max_seconds: float) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from benchmarks._common import (  # noqa: E402
     REPO,
     consecutive_free_ports,
     free_ports,
+    percentile,
     write_section,
 )
 
@@ -209,11 +210,6 @@ def call(
         return None
     recorder.ok(op, elapsed)
     return json.loads(raw or b"null")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _children(pid: int) -> list[int]:

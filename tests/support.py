@@ -73,3 +73,13 @@ def error_of(response: Any) -> dict[str, Any]:
     assert body["error"]["message"]
     assert isinstance(body["error"]["details"], dict)
     return body["error"]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (dead, waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return False
+    return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")

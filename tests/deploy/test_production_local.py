@@ -8,7 +8,6 @@ leaves no process behind.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import os
 import secrets
@@ -26,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks._common import consecutive_free_ports, free_ports
 from tests.s3 import require_weed
-from tests.support import REPO, require_redis, run_manage, service_missing
+from tests.support import REPO, process_alive, require_redis, run_manage, service_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -79,17 +78,6 @@ def _read_env_file(path: Path) -> dict[str, str]:
             key, _, value = line[len("export ") :].partition("=")
             env[key] = value.strip("'")
     return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead too: it only waits for its parent to collect it
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    return False
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -234,7 +222,7 @@ def test_production_local_runs_a_workflow_through_celery_and_stops(local_instanc
     )
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.strip().splitlines()[-1] == "stopped"
-    assert [name for name, pid in pids.items() if _alive(pid)] == []
+    assert [name for name, pid in pids.items() if process_alive(pid)] == []
     assert list((run_dir / "pids").glob("*.pid")) == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", int(env["OPENRATH_LOCAL_WEB_PORT"])), timeout=2)

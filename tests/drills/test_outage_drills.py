@@ -40,8 +40,9 @@ import pytest
 
 from benchmarks._common import consecutive_free_ports, free_ports
 from tests.drills import outage_workflows
+from tests.drills.conftest import wait_for
 from tests.s3 import require_weed
-from tests.support import REPO, service_missing
+from tests.support import REPO, process_alive, service_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -63,16 +64,6 @@ DRILL_ENV = {
 }
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _shared_admin_url() -> str:
     from tests.settings import TEST_DATABASE_URL
 
@@ -84,16 +75,6 @@ def _shared_admin_url() -> str:
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    return False
 
 
 # --- Private services ----------------------------------------------------------------------------
@@ -319,7 +300,7 @@ class Profile:
         pid = self.pid(name)
         _kill_group(pid, sig)
         if sig == signal.SIGKILL:
-            wait_for(lambda: not _alive(pid), timeout=10, what=f"{name} to die", every=0.05)
+            wait_for(lambda: not process_alive(pid), timeout=10, what=f"{name} to die", every=0.05)
         return pid
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
@@ -492,7 +473,7 @@ def profile_factory(tmp_path, private_redis) -> Iterator[Callable[..., Profile]]
             pids = {p.stem: int(p.read_text()) for p in (profile.run_dir / "pids").glob("*.pid")}
             profile.stop()
             for name, pid in pids.items():  # a restart's leftovers, whatever happened
-                if _alive(pid):
+                if process_alive(pid):
                     print(f"{name} (pid {pid}) survived stop; killing it")
                     _kill_group(pid)
             profile.drop()
@@ -765,8 +746,8 @@ def test_redis_stopped_runs_finish_through_the_database_worker(
     assert any(w.startswith("celery:") for r in after_ids for w in claims[r]), claims
     _wait_caught_up(profile, subscribers, timeout=30)
     streams = _assert_streams_exact(profile, subscribers)
-    assert _alive(profile.pid("worker")), "the Celery worker did not survive the outage"
-    assert _alive(profile.pid("beat"))
+    assert process_alive(profile.pid("worker")), "the Celery worker did not survive the outage"
+    assert process_alive(profile.pid("beat"))
     _report(
         "redis",
         started,
@@ -840,7 +821,7 @@ def test_postgres_restarted_runs_resume_and_all_succeed(
     assert created == len(run_ids)  # the refused request created nothing
     repeated = _assert_steps_once(profile, run_ids, log)
     events = profile.event_counts(run_ids)
-    assert all(_alive(profile.pid(name)) for name in ("web", "worker", "beat"))
+    assert all(process_alive(profile.pid(name)) for name in ("web", "worker", "beat"))
     _report(
         "postgres",
         started,

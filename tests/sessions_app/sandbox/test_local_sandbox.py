@@ -17,16 +17,7 @@ from sessions_app.sandbox import (
     sandbox_for,
 )
 from sessions_app.tools import ToolPolicy, ToolPolicyViolation
-
-
-def alive(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (dead but not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return False
-    return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+from tests.support import process_alive
 
 
 @pytest.fixture
@@ -189,7 +180,7 @@ def test_timeout_kills_a_term_ignoring_command_and_its_grandchildren(
     assert result.exit_code < 0
     pids = [int(line) for line in (root / "pids").read_text().split()]
     assert len(pids) == 3
-    assert [pid for pid in pids if alive(pid)] == []
+    assert [pid for pid in pids if process_alive(pid)] == []
 
 
 def test_background_processes_do_not_outlive_the_command(sandbox: LocalSandbox, root: Path) -> None:
@@ -199,7 +190,7 @@ def test_background_processes_do_not_outlive_the_command(sandbox: LocalSandbox, 
 
     assert (result.exit_code, result.stdout, result.timed_out) == (0, "started\n", False)
     assert time.monotonic() - started < 3
-    assert alive(int((root / "bg.pid").read_text())) is False
+    assert process_alive(int((root / "bg.pid").read_text())) is False
 
 
 def test_huge_output_is_capped_in_bounded_memory(root: Path) -> None:
