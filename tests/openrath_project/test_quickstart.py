@@ -16,28 +16,50 @@ from typing import Any
 from tests.support import REPO, run_manage
 
 
-def test_quickstart_sets_up_and_prints_a_working_token(tmp_path):
-    env = {"OPENRATH_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
-    first = run_manage("quickstart", "--no-serve", env=env)
-    assert first.returncode == 0, first.stderr
-    token = next(
-        line.split(":", 1)[1].strip()
-        for line in first.stdout.splitlines()
-        if line.strip().startswith("API token")
-    )
-    assert token.startswith("ort_")
-    again = run_manage("quickstart", "--no-serve", env=env)
-    assert again.returncode == 0, again.stderr
-    assert (tmp_path / "db.sqlite3").exists()
+def _printed_token(stdout: str) -> str:
+    line = next(line for line in stdout.splitlines() if line.strip().startswith("API token"))
+    return line.split(":", 1)[1].split()[0]
+
+
+def _projects_with(token: str, env: dict[str, str]) -> str:
     check = run_manage(
         "shell",
         "-c",
         "from django.test import Client; "
         f"r = Client().get('/api/v1/projects/', HTTP_AUTHORIZATION='Bearer {token}', "
-        "HTTP_HOST='localhost'); print(r.status_code, [p['slug'] for p in r.json()['results']])",
+        "HTTP_HOST='localhost'); "
+        "print(r.status_code, [p['slug'] for p in r.json().get('results', [])])",
         env=env,
     )
-    assert check.stdout.strip().splitlines()[-1] == "200 ['demo']", check.stderr
+    return check.stdout.strip().splitlines()[-1]
+
+
+def test_quickstart_sets_up_and_prints_a_working_token(tmp_path):
+    env = {"OPENRATH_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    first = run_manage("quickstart", "--no-serve", "--no-demo", env=env)
+    assert first.returncode == 0, first.stderr
+    token = _printed_token(first.stdout)
+    assert token.startswith("ort_")
+    assert "replaces the previous demo token" not in first.stdout
+    assert (tmp_path / "db.sqlite3").exists()
+    assert _projects_with(token, env) == "200 ['demo']"
+
+
+def test_a_second_quickstart_rotates_the_demo_token(tmp_path):
+    """Re-running prints a new token and revokes the one printed before (not a pile of live
+    all-grants tokens)."""
+    env = {"OPENRATH_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    first = run_manage("quickstart", "--no-serve", "--no-demo", env=env)
+    assert first.returncode == 0, first.stderr
+    old = _printed_token(first.stdout)
+    again = run_manage("quickstart", "--no-serve", "--no-demo", env=env)
+    assert again.returncode == 0, again.stderr
+    new = _printed_token(again.stdout)
+    assert new != old
+    old_prefix = old.removeprefix("ort_").split("_", 1)[0]
+    assert f"now revoked: prefix {old_prefix}" in again.stdout, again.stdout
+    assert _projects_with(old, env) == "401 []"
+    assert _projects_with(new, env) == "200 ['demo']"
 
 
 def _free_port() -> int:
@@ -153,3 +175,7 @@ def test_quickstart_serves_the_demo_run_an_operator_approves(tmp_path):
         "quickstart", "--no-serve", env={k: env[k] for k in ("OPENRATH_DATA_DIR", "DATABASE_URL")}
     )
     assert f"/console/runs/{run_id}/" in again.stdout, again.stdout + again.stderr
+    # ... in its current state: decided, so nothing tells the operator to approve it.
+    assert "research_team, succeeded)" in again.stdout, again.stdout
+    assert "approve it at" not in again.stdout
+    assert "(written)" in again.stdout

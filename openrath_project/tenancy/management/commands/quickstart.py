@@ -10,12 +10,14 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from openrath_project.tenancy import services
 from openrath_project.tenancy.management.cli import audit_cli
-from openrath_project.tenancy.models import Membership, Project, Tenant
+from openrath_project.tenancy.models import ApiToken, Membership, Project, Tenant
 
 DEMO_TENANT = "demo"
 DEMO_PROJECT = "demo"
 DEMO_USER = "operator"
-
+#: The name of the demo's API token: each quickstart revokes the previous one and prints a new one
+#: (a raw token is shown once and never stored, so it cannot be printed again).
+DEMO_TOKEN_NAME = "quickstart"  # noqa: S105 (a token's display name, not a secret)
 
 DEMO_WORKFLOW = "research_team"
 #: One demo run per data directory: re-running the quickstart shows the same run again.
@@ -62,8 +64,9 @@ class Command(BaseCommand):
             )
         elif not Membership.objects.filter(user=user, tenant=tenant).exists():
             services.user_join_tenant(tenant=tenant, username=DEMO_USER, role="operator")
+        revoked = self._revoke_previous_demo_tokens(tenant)
         token, raw = services.token_create(
-            tenant=tenant, name="quickstart", grants=["*"], projects=[]
+            tenant=tenant, name=DEMO_TOKEN_NAME, grants=["*"], projects=[]
         )
         audit_cli(
             action="token.create",
@@ -81,22 +84,55 @@ class Command(BaseCommand):
             f"  approvals     : {base}/console/approvals/  (runs: {base}/console/runs/)",
             f"  admin         : {base}/{settings.ADMIN_PATH}",
             f"  API docs      : {base}/api/v1/docs/",
-            f"  API token     : {raw}",
+            f"  API token     : {raw}"
+            + (
+                f"  (replaces the previous demo token, now revoked: prefix {', '.join(revoked)})"
+                if revoked
+                else ""
+            ),
             f"  try           : curl -H 'Authorization: Bearer {raw}' {base}/api/v1/projects/",
             "",
         ]
         if demo is not None:
+            report = settings.DATA_DIR / "reports" / f"{demo.id}.md"
             lines[-1:-1] = [
                 f"  demo run      : {base}/console/runs/{demo.id}/  ({demo.workflow}, "
-                f"{demo.status}; approve it at {base}/console/approvals/)",
+                f"{self._demo_state(demo, base)})",
                 f"  its lineage   : {base}/console/sessions/{demo.session_id}/lineage/",
-                f"  its report    : {settings.DATA_DIR / 'reports' / f'{demo.id}.md'} "
-                "(written once you approve)",
+                f"  its report    : {report} "
+                + ("(written)" if report.exists() else "(written once you approve)"),
             ]
         self.stdout.write("\n".join(lines))
         if options["no_serve"]:
             return
         call_command("serve", host=options["host"], port=options["port"])
+
+    def _revoke_previous_demo_tokens(self, tenant: Tenant) -> list[str]:
+        """Revoke the demo tokens earlier quickstarts printed; their prefixes."""
+        prefixes = list(
+            ApiToken.objects.filter(
+                tenant=tenant, name=DEMO_TOKEN_NAME, revoked_at__isnull=True
+            ).values_list("prefix", flat=True)
+        )
+        for prefix in prefixes:
+            services.token_revoke(prefix=prefix)
+            audit_cli(
+                action="token.revoke",
+                tenant=tenant,
+                object_type="token",
+                object_id=prefix,
+                details={"via": "quickstart", "reason": "rotated by a new quickstart"},
+            )
+        return prefixes
+
+    @staticmethod
+    def _demo_state(demo: Any, base: str) -> str:
+        """What the demo run is doing now, and what the operator can do about it."""
+        if demo.status == "waiting":
+            return f"waiting; approve it at {base}/console/approvals/"
+        if demo.status in {"queued", "running"}:
+            return f"{demo.status}; it will wait for your approval at {base}/console/approvals/"
+        return str(demo.status)
 
     def _demo_run(self, project: Project) -> Any:
         """Start (once) the research team demo, which pauses for an operator's approval."""
