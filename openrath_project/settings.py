@@ -401,10 +401,14 @@ OPENRATH_RATE_LIMIT_BURST = env.int("OPENRATH_RATE_LIMIT_BURST", default=120)
 #: Largest content of one chunk (413 beyond it).
 OPENRATH_MAX_CHUNK_BYTES = env.int("OPENRATH_MAX_CHUNK_BYTES", default=256 * 1024)
 
-# The embedded profile registers the quickstart's research team (docs/examples.md).
-OPENRATH_WORKFLOW_MODULES = env.list(
-    "OPENRATH_WORKFLOW_MODULES",
-    default=[] if PRODUCTION else ["openrath_project.examples.research_team"],
+# The user's workflow modules (docs/authoring.md). The product's own demo workflows (the
+# quickstart's research team, docs/examples.md) are registered in addition to them, by default in
+# the embedded profile only: setting OPENRATH_WORKFLOW_MODULES never unregisters the demo.
+OPENRATH_WORKFLOW_MODULES = env.list("OPENRATH_WORKFLOW_MODULES", default=[])
+OPENRATH_DEMO_WORKFLOW_MODULES = (
+    ["openrath_project.examples.research_team"]
+    if env.bool("OPENRATH_DEMO_WORKFLOWS", default=not PRODUCTION)
+    else []
 )
 ADMIN_PATH = env.str("OPENRATH_ADMIN_PATH", default="admin/").strip("/") + "/"
 

@@ -1,5 +1,6 @@
-"""The process's workflow registry: the modules in ``OPENRATH_WORKFLOW_MODULES``, imported
-once, plus anything registered explicitly."""
+"""The process's workflow registry: the product's demo modules (``OPENRATH_DEMO_WORKFLOWS``)
+and the user's ``OPENRATH_WORKFLOW_MODULES``, imported once, plus anything registered
+explicitly."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ def workflows() -> WorkflowRegistry:
     if not _discovered:
         with _lock:
             if not _discovered:
-                modules = [m for m in settings.OPENRATH_WORKFLOW_MODULES if m.strip()]
+                modules = [
+                    m
+                    for m in [
+                        *settings.OPENRATH_DEMO_WORKFLOW_MODULES,
+                        *settings.OPENRATH_WORKFLOW_MODULES,
+                    ]
+                    if m.strip()
+                ]
                 if modules:
                     default_registry.discover(modules)
                 _discovered = True

@@ -183,10 +183,28 @@ def _duplicate_message(name: str, first: type, second: type) -> str:
     )
 
 
+#: Where a newcomer reads how a workflow module is written, placed and registered.
+REGISTERING_DOC = "docs/authoring.md, 'Registering a workflow'"
+
+
 def _import(module_name: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
-    except Exception as exc:  # any failure while importing user code is reported the same way
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            # The module itself (or its package) is not on the path: say how to put it there.
+            raise RegistryError(
+                f"cannot import workflow module {module_name!r}: no module named {missing!r} "
+                "on the Python path. Put the directory that holds it on PYTHONPATH (or install "
+                "it into the project's environment), then "
+                f"restart the server and its workers; see {REGISTERING_DOC}"
+            ) from exc
+        raise RegistryError(
+            f"cannot import workflow module {module_name!r}: it imports {missing!r}, which is "
+            "not installed in this environment"
+        ) from exc
+    except Exception as exc:  # any other failure while importing user code is reported the same
         raise RegistryError(
             f"cannot import workflow module {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc

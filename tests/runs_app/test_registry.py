@@ -169,11 +169,23 @@ def test_missing_module_is_named(modules, registry):
     with pytest.raises(RegistryError) as excinfo:
         registry.discover(["reg_flows.c", "reg_flows.nowhere"])
     assert str(excinfo.value) == (
-        "cannot import workflow module 'reg_flows.nowhere': ModuleNotFoundError: "
-        "No module named 'reg_flows.nowhere'"
+        "cannot import workflow module 'reg_flows.nowhere': no module named "
+        "'reg_flows.nowhere' on the Python path. Put the directory that holds it on PYTHONPATH "
+        "(or install it into the project's environment), then restart the server and its "
+        "workers; see docs/authoring.md, 'Registering a workflow'"
     )
     assert isinstance(excinfo.value.__cause__, ModuleNotFoundError)
     assert registry.names() == []
+
+
+def test_a_missing_dependency_of_a_module_is_named_as_such(modules, registry):
+    modules.write("reg_flows.needs", "import reg_flows_not_installed_anywhere\n")
+    with pytest.raises(RegistryError) as excinfo:
+        registry.discover(["reg_flows.needs"])
+    assert str(excinfo.value) == (
+        "cannot import workflow module 'reg_flows.needs': it imports "
+        "'reg_flows_not_installed_anywhere', which is not installed in this environment"
+    )
 
 
 def test_module_failing_at_import_is_named(modules, registry):
