@@ -227,3 +227,82 @@ def test_production_local_runs_a_workflow_through_celery_and_stops(local_instanc
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", int(env["OPENRATH_LOCAL_WEB_PORT"])), timeout=2)
     assert time.monotonic() - started < 150
+
+    # `destroy` removes what `start` made: the database, its roles, the Redis keys, the run dir.
+    subprocess.run(
+        ["redis-cli", "-n", env["OPENRATH_LOCAL_REDIS_DB"], "set", "left-behind", "1"],
+        capture_output=True,
+        timeout=10,
+        check=True,
+    )
+    destroyed = subprocess.run(
+        [str(SCRIPT), "destroy"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert destroyed.stdout.strip().splitlines()[-1] == "destroyed"
+    admin = _admin_connection()
+    try:
+        assert admin.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", (env["OPENRATH_LOCAL_DB"],)
+        ).fetchone() == (0,)
+        roles = (env["OPENRATH_LOCAL_OWNER_ROLE"], env["OPENRATH_LOCAL_RUNTIME_ROLE"])
+        assert admin.execute(
+            "SELECT count(*) FROM pg_roles WHERE rolname = ANY(%s)", (list(roles),)
+        ).fetchone() == (0,)
+    finally:
+        admin.close()
+    assert (
+        subprocess.run(
+            ["redis-cli", "-n", env["OPENRATH_LOCAL_REDIS_DB"], "dbsize"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        == "0"
+    )
+    assert not run_dir.exists()
+
+
+def test_production_local_explains_itself():
+    shown = subprocess.run([str(SCRIPT), "--help"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert "destroy" in shown.stdout
+    assert "OPENRATH_LOCAL_ADOPT_ROLES" in shown.stdout
+    assert not shown.stdout.startswith("#")
+    wrong = subprocess.run([str(SCRIPT), "launch"], capture_output=True, text=True, timeout=30)
+    assert wrong.returncode == 2
+    assert "--help" in wrong.stderr
+
+
+def test_production_local_refuses_to_take_over_a_role_it_did_not_create(tmp_path):
+    admin = _admin_connection()
+    suffix = secrets.token_hex(4)
+    foreign = f"openrath_foreign_{suffix}"
+    admin.execute(f"CREATE ROLE {foreign} LOGIN PASSWORD 'theirs'")
+    try:
+        before = admin.execute(
+            "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (foreign,)
+        ).fetchone()
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("OPENRATH_", "DJANGO_"))},
+            "OPENRATH_LOCAL_DIR": str(tmp_path / "run"),
+            "OPENRATH_LOCAL_PG_ADMIN_URL": _admin_url(),
+            "OPENRATH_LOCAL_DB": f"openrath_pl_{suffix}",
+            "OPENRATH_LOCAL_OWNER_ROLE": foreign,
+            "OPENRATH_LOCAL_RUNTIME_ROLE": f"openrath_pl_app_{suffix}",
+        }
+        refused = subprocess.run(
+            [str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+        )
+        assert refused.returncode != 0
+        assert f"role {foreign} exists and was not created by this script" in refused.stderr
+        after = admin.execute(
+            "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (foreign,)
+        ).fetchone()
+        assert after == before
+        assert admin.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", (env["OPENRATH_LOCAL_DB"],)
+        ).fetchone() == (0,)
+    finally:
+        admin.execute(f"DROP ROLE IF EXISTS {foreign}")
+        admin.close()
