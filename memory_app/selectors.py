@@ -4,7 +4,9 @@ A recall is four queries whatever the corpus size: the document frequencies of t
 and then their BM25 sum per entry (both index-only range scans of one project's postings of
 those terms; the database adds the numbers, no posting travels to Python), the corpus
 statistics of the searched places (one or two counter rows) and the winning entries. Every one
-of them filters by the project first, so memory never crosses a project (or a tenant).
+of them filters by the project first, so memory never crosses a project; the entries are also
+filtered by the tenant (postings and counters carry no tenant: a project's tenant is fixed at
+creation, and an entry of another tenant is never returned even if they disagreed).
 ``docs/memory.md`` records the measurements behind this design.
 """
 
@@ -125,6 +127,7 @@ def bm25_expression(idfs: dict[str, float], stats: bm25.CorpusStats) -> Expressi
 
 def recall(
     *,
+    tenant_id: uuid.UUID,
     project_id: uuid.UUID,
     query: str,
     k: int = 5,
@@ -132,7 +135,8 @@ def recall(
     agent: str = "",
     session_id: object = None,
 ) -> list[RecallHit]:
-    """The ``k`` entries that best match ``query`` by BM25, best first (ties: newest first)."""
+    """The ``k`` entries of ``tenant_id``'s project that best match ``query`` by BM25, best
+    first (ties: newest first)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_RECALL_K:
         raise ValidationFailed(
             f"k must be an integer between 1 and {MAX_RECALL_K}",
@@ -157,7 +161,7 @@ def recall(
         .order_by("-score", "-entry_id")[:k]
     ]
     entries = MemoryEntry.objects.filter(
-        project_id=project_id, id__in=[entry_id for entry_id, _ in best]
+        tenant_id=tenant_id, project_id=project_id, id__in=[entry_id for entry_id, _ in best]
     ).in_bulk()
     return [
         RecallHit(

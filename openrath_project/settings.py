@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,9 +23,17 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from openrath_project.profiles import PROFILES, format_refusal, production_problems
+from openrath_project.secretfiles import SecretFileError, with_secret_files
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Secrets may come from files (SECRET_KEY_FILE=/run/secrets/..., see openrath_project.secretfiles):
+# read here into the settings only, never put back into the process environment.
+try:
+    _ENVIRON = with_secret_files(os.environ)
+except SecretFileError as _exc:
+    raise ImproperlyConfigured(str(_exc)) from None
 env = environ.Env()
+env.ENVIRON = _ENVIRON
 
 PROFILE = env.str("OPENRATH_PROFILE", default="embedded").strip().lower()
 if PROFILE not in PROFILES:
@@ -34,11 +43,19 @@ if PROFILE not in PROFILES:
 PRODUCTION = PROFILE == "production"
 
 if PRODUCTION:
-    _problems = production_problems(os.environ)
+    _problems = production_problems(_ENVIRON)
     if _problems:
         raise ImproperlyConfigured(format_refusal(_problems))
 
 DATA_DIR = Path(env.str("OPENRATH_DATA_DIR", default=str(Path.cwd() / ".openrath"))).resolve()
+
+# How tool commands are confined (docs/tools-and-sandbox.md): auto | bwrap | local. Read by
+# sessions_app.sandbox from the environment; checked here so a typo refuses to start.
+OPENRATH_SANDBOX = env.str("OPENRATH_SANDBOX", default="auto").strip().lower() or "auto"
+if OPENRATH_SANDBOX not in ("auto", "bwrap", "local"):
+    raise ImproperlyConfigured(
+        f"OPENRATH_SANDBOX must be one of auto, bwrap, local; got {OPENRATH_SANDBOX!r}"
+    )
 
 
 def _embedded_secret_key() -> str:
@@ -64,6 +81,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    # Before the project's apps: its user_login_failed receiver runs first, so the project's
+    # failed-login audit row knows whether the attempt was locked out.
+    "axes",
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -86,12 +106,17 @@ MIDDLEWARE = [
     "openrath_project.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Content-Security-Policy (django-csp); Permissions-Policy, no-store (openrath_project.headers).
+    "csp.middleware.CSPMiddleware",
+    "openrath_project.headers.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a locked-out login (django-axes) into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "openrath_project.urls"
@@ -187,6 +212,32 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/console/login/"
 LOGIN_REDIRECT_URL = "/console/"
+# Login throttling (console and admin share Django's authenticate): django-axes refuses an
+# account's logins for OPENRATH_LOGIN_LOCKOUT_MINUTES after OPENRATH_LOGIN_FAILURE_LIMIT failures,
+# the right password included; a success resets the count. Attempts are counted per username by
+# default (behind a proxy every client has the proxy's address); OPENRATH_LOGIN_LOCKOUT_BY takes
+# "username", "ip_address" or a combination such as "username+ip_address", comma-separated.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env.bool("OPENRATH_LOGIN_THROTTLE", default=True)
+AXES_FAILURE_LIMIT = env.int("OPENRATH_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("OPENRATH_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [
+    part.split("+") if "+" in part else part
+    for part in env.list("OPENRATH_LOGIN_LOCKOUT_BY", default=["username"])
+]
+# axes.W006 warns that a lockout without the address can be dodged by rotating a parameter
+# (a user agent, a cookie); a username cannot be rotated for the same account, and the address
+# alone would lock every user behind one proxy. Silenced only when the address is left out.
+_LOGIN_CHECKS_SILENCED = [] if "ip_address" in str(AXES_LOCKOUT_PARAMETERS) else ["axes.W006"]
+SILENCED_SYSTEM_CHECKS = list(_LOGIN_CHECKS_SILENCED)
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "openrath_project.tenancy.login_guard.lockout_response"
+AXES_ENABLE_ADMIN = False  # its tables are not tenant-scoped: never shown in the admin
+AXES_DISABLE_ACCESS_LOG = True  # successful logins are in the audit log already
+AXES_VERBOSE = False
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -419,6 +470,25 @@ CSRF_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+#: A console (and admin) login lasts this many seconds, then the user logs in again; open
+#: WebSocket streams of that login close at their next re-check.
+SESSION_COOKIE_AGE = env.int("OPENRATH_CONSOLE_SESSION_SECONDS", default=8 * 60 * 60)
+# No inline script or style anywhere (console, admin, API docs): everything is a static file of
+# this origin; the live streams connect back to it (connect-src 'self' covers ws:/wss:).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 if PRODUCTION:
     SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
     CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
@@ -430,7 +500,7 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
     if env.bool("SECURE_PROXY_SSL_HEADER", default=True):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SILENCED_SYSTEM_CHECKS = env.list(
+    SILENCED_SYSTEM_CHECKS = _LOGIN_CHECKS_SILENCED + env.list(
         # W021: HSTS preload is an explicit opt-in (SECURE_HSTS_PRELOAD=true).
         "SILENCED_SYSTEM_CHECKS",
         default=[] if env.bool("SECURE_HSTS_PRELOAD", default=False) else ["security.W021"],
@@ -460,5 +530,8 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "INFO"},
         "celery": {"level": "INFO"},
+        # django-axes logs every login at INFO; lockouts (WARNING) still show, and the audit
+        # log has the rest.
+        "axes": {"level": "WARNING"},
     },
 }

@@ -129,7 +129,7 @@ def run_create(
             tenant_id=project.tenant_id, idempotency_key=idempotency_key
         ).first()
         if existing is not None:
-            return _idempotent_replay(existing, digest_of_request), False
+            return _idempotent_replay(existing, digest_of_request, project), False
     initial = check_json_state(state or {}, where="state")
     if not -100 <= priority <= 100:
         raise ValidationFailed(
@@ -202,16 +202,20 @@ def run_create(
         if not idempotency_key:
             raise
         existing = Run.objects.get(tenant_id=project.tenant_id, idempotency_key=idempotency_key)
-        return _idempotent_replay(existing, digest_of_request), False
+        return _idempotent_replay(existing, digest_of_request, project), False
     return run, True
 
 
-def _idempotent_replay(existing: Run, digest_of_request: str) -> Run:
-    if existing.request_digest != digest_of_request:
+def _idempotent_replay(existing: Run, digest_of_request: str, project: Project) -> Run:
+    """The first run of a key, or a 409. Keys are unique per tenant, but a caller sees only
+    ``project`` (resolved through its principal): a run of another project is never returned
+    nor named, since the caller may be limited to ``project``."""
+    same_project = existing.project_id == project.id
+    if existing.request_digest != digest_of_request or not same_project:
         raise Conflict(
             "this Idempotency-Key was used for a different request",
             code="idempotency_conflict",
-            details={"run": str(existing.id)},
+            details={"run": str(existing.id)} if same_project else {},
         )
     return existing
 

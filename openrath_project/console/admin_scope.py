@@ -7,6 +7,13 @@
 * :class:`EngineAdmin` is for rows the runtime owns (runs, events, checkpoints, chunks, ...):
   no add, no change, no delete; large JSON is deferred in lists and shown read-only and pretty.
   State changes only through admin actions that call the services.
+* Writes take the admin role in the tenant being written: the row's current tenant for a
+  change or delete, and the tenant it is saved with (:meth:`TenantScopedAdmin.save_model`);
+  forms offer only the tenants (and their projects and users) where the user is admin. A row's
+  tenant and project are fixed at creation anyway (``tenancy.fixed_columns``).
+* Every add, change and delete made here is audited under the row's tenant, with its id and
+  the names of the changed fields (never their values: a token's hash is a field too); the
+  middleware's own tenant-less row for the request is skipped.
 * :func:`run_action` applies a service call to each selected row, checks the acting user's
   grant in that row's tenant, and writes one audit event per row (``audit_record``) with its
   outcome; the middleware's own row for the request is skipped.
@@ -24,7 +31,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers, widgets
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -55,6 +62,33 @@ def staff_tenant_ids(request: HttpRequest) -> frozenset[uuid.UUID] | None:
         cached = frozenset(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
         request._openrath_admin_tenants = cached  # type: ignore[attr-defined]
     return cached
+
+
+def administered_tenant_ids(request: HttpRequest) -> frozenset[uuid.UUID] | None:
+    """Tenants where this admin user holds the admin role (where it may write): ``None`` for
+    a superuser (all of them)."""
+    user: Any = request.user
+    if user.is_superuser:
+        return None
+    cached = getattr(request, "_openrath_admin_writable", None)
+    if cached is None:
+        cached = frozenset(
+            Membership.objects.filter(user=user, role="admin").values_list("tenant_id", flat=True)
+        )
+        request._openrath_admin_writable = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def tenant_id_of(obj: Any, tenant_path: str) -> Any:
+    """The tenant id of a model instance, following ``tenant_path`` (``""``: it is a Tenant)."""
+    if not tenant_path:
+        return obj.pk
+    *hops, last = tenant_path.split("__")
+    for hop in hops:
+        obj = getattr(obj, hop, None)
+        if obj is None:
+            return None
+    return getattr(obj, f"{last}_id", None)
 
 
 def scope_to_tenants(queryset: QuerySet[M], request: HttpRequest, tenant_path: str) -> QuerySet[M]:
@@ -99,6 +133,63 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return False
         return obj is None or self._administers(request, obj)
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        if not super().has_add_permission(request):
+            return False
+        writable = administered_tenant_ids(request)
+        return writable is None or bool(writable)  # a new row needs a tenant to be written in
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        """Save only into a tenant the user administers (the target, whatever the form
+        offered), and remember the changed fields for the audit row."""
+        writable = administered_tenant_ids(request)
+        if writable is not None and tenant_id_of(obj, self.tenant_path) not in writable:
+            raise PermissionDenied("writing this tenant takes the admin role in it")
+        obj._openrath_changed_fields = sorted(form.changed_data)
+        super().save_model(request, obj, form, change)
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_addition(request, obj, message)
+        self._audit_write(request, obj, "add")
+        return entry
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        entry = super().log_change(request, obj, message)
+        self._audit_write(request, obj, "change")
+        return entry
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        """Called before the rows are deleted: each is audited while its tenant is known."""
+        entries = super().log_deletions(request, queryset)
+        for obj in queryset:
+            self._audit_write(request, obj, "delete")
+        return entries
+
+    def _audit_write(self, request: HttpRequest, obj: Any, verb: str) -> None:
+        """One audit row for a write made through this admin, under the row's tenant."""
+        audit_skip(request)
+        opts = self.model._meta
+        tenant_id = tenant_id_of(obj, self.tenant_path)
+        # A row that refers to the tenant or project being deleted would keep it alive: the
+        # object id names it instead.
+        deleting_owner = verb == "delete" and isinstance(obj, Tenant | Project)
+        project_id = None if deleting_owner else _project_id_of(obj)
+        details: dict[str, Any] = {"via": "admin"}
+        if verb != "delete":
+            details["fields"] = list(getattr(obj, "_openrath_changed_fields", []))
+        audit_record(
+            actor=admin_actor(request),
+            action=f"{opts.model_name}.{verb}",
+            outcome="success",
+            tenant=None if deleting_owner and isinstance(obj, Tenant) else _tenant(tenant_id),
+            project=Project.objects.filter(pk=project_id).first() if project_id else None,
+            object_type=str(opts.model_name),
+            object_id=str(obj.pk),
+            status_code=200,
+            request_id=getattr(request, "request_id", ""),
+            details=details,
+        )
+
     def _administers(self, request: HttpRequest, obj: Any) -> bool:
         """Editing a row takes the admin role in its tenant, whatever Django model permissions
         the staff member holds (a viewer or operator only looks; superusers may do anything)."""
@@ -116,8 +207,8 @@ class TenantScopedAdmin(admin.ModelAdmin):
         ]
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        tenant_ids = staff_tenant_ids(request)
-        choices = scoped_choices(db_field.related_model, tenant_ids)
+        # A form writes: it offers only what the user may write to (its admin tenants').
+        choices = scoped_choices(db_field.related_model, administered_tenant_ids(request))
         if choices is not None:
             kwargs.setdefault("queryset", choices)  # a subclass may narrow it further
             if db_field.name in self.raw_id_fields and "widget" not in kwargs:
@@ -145,10 +236,20 @@ class TenantScopedAdmin(admin.ModelAdmin):
         return super().response_action(request, queryset, *args, **kwargs)
 
     def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        choices = scoped_choices(db_field.related_model, staff_tenant_ids(request))
+        choices = scoped_choices(db_field.related_model, administered_tenant_ids(request))
         if choices is not None:
             kwargs.setdefault("queryset", choices)  # e.g. a token's projects
         return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+
+def _tenant(tenant_id: Any) -> Tenant | None:
+    return Tenant.objects.filter(pk=tenant_id).first() if tenant_id else None
+
+
+def _project_id_of(obj: Any) -> Any:
+    if isinstance(obj, Project):
+        return obj.pk
+    return getattr(obj, "project_id", None)
 
 
 def scoped_choices(model: Any, tenant_ids: frozenset[uuid.UUID] | None) -> QuerySet[Any] | None:

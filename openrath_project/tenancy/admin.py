@@ -1,4 +1,9 @@
-"""Tenancy admin: tokens are read-only here (minted by the CLI), the audit log is immutable."""
+"""Tenancy admin: tokens are read-only here (minted by the CLI), the audit log is immutable.
+
+A row's tenant is shown, never edited, once it exists (it is fixed at creation, also in the
+database). A token's grants, projects, expiry and revocation change only through the services:
+here only its name may be edited, and it is revoked by the ``revoke`` action (one-way).
+"""
 
 from __future__ import annotations
 
@@ -39,12 +44,21 @@ class ProjectAdmin(TenantScopedAdmin):
     list_filter = ("tenant",)
     search_fields = ("slug", "name")
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fixed = ["tenant"] if obj is not None else []  # chosen when added, then fixed
+        return [*super().get_readonly_fields(request, obj), *fixed]
+
 
 @admin.register(Membership)
 class MembershipAdmin(TenantScopedAdmin):
     list_display = ("user", "tenant", "role", "created_at")
     list_filter = ("tenant", "role")
     raw_id_fields = ("user",)  # no select listing every user of every tenant
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # A membership is a user's place in one tenant: only its role changes.
+        fixed = ["user", "tenant"] if obj is not None else []
+        return [*super().get_readonly_fields(request, obj), *fixed]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         user: Any = request.user
@@ -69,7 +83,18 @@ class MembershipAdmin(TenantScopedAdmin):
 class ApiTokenAdmin(TenantScopedAdmin):
     list_display = ("prefix", "name", "tenant", "expires_at", "revoked_at", "last_used_at")
     list_filter = ("tenant",)
-    readonly_fields = ("prefix", "secret_hash", "grants", "created_at", "last_used_at")
+    #: Everything but the name: grants, scope and revocation change through the services.
+    readonly_fields = (
+        "prefix",
+        "tenant",
+        "grants",
+        "projects",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    )
     exclude = ("secret_hash",)
 
     actions = ("revoke",)

@@ -272,3 +272,28 @@ def audit_record(
         request_id=request_id[:128],
         details=details or {},
     )
+
+
+def login_failure_record(
+    *, username: str, via: str, locked_out: bool, request_id: str = ""
+) -> list[AuditEvent]:
+    """Audit a failed console/admin login in each tenant ``username`` is a member of (none for
+    a username that names no member: nothing tells a tenant it exists)."""
+    user_model = get_user_model()
+    memberships = Membership.objects.filter(
+        **{f"user__{user_model.USERNAME_FIELD}": username[:150]}
+    ).select_related("tenant")
+    return [
+        audit_record(
+            actor="anonymous",
+            action="login.failed",
+            outcome="denied",
+            tenant=membership.tenant,
+            object_type="user",
+            object_id=str(membership.user_id),
+            status_code=429 if locked_out else 401,
+            request_id=request_id,
+            details={"username": username[:150], "via": via, "locked_out": locked_out},
+        )
+        for membership in memberships.order_by("tenant_id")
+    ]

@@ -12,11 +12,11 @@ from django.test import Client
 
 from effects_app.models import EffectRecord
 from memory_app import services as memory_services
-from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership
+from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership, Project
 from openrath_project.tenancy.services import audit_record, token_create
 from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
 from sessions_app.services import session_from_user_message
-from tests.factories import MembershipFactory, UserFactory
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -356,3 +356,170 @@ def test_a_tenant_admin_may_edit_its_rows(staff, project):
     assert saved.status_code == 302, saved.content[:2000]
     project.refresh_from_db()
     assert project.name == "renamed"
+
+
+# --- Writes: the target tenant, fixed owners, services only, audited under the tenant ----------
+
+
+def _admin_of_acme_viewer_of_globex(staff, other_tenant) -> Client:
+    """The red-team's user: admin in acme, only a viewer in globex."""
+    client = staff("admin", username="acme-admin")
+    user = Membership.objects.get(user__username="acme-admin").user
+    MembershipFactory(user=user, tenant=other_tenant, role="viewer")
+    return client
+
+
+def _token_state(token: ApiToken) -> tuple:
+    token = ApiToken.objects.get(pk=token.pk)
+    return (
+        token.tenant_id,
+        token.name,
+        sorted(token.grants),
+        sorted(token.projects.values_list("id", flat=True)),
+        token.revoked_at,
+        token.expires_at,
+        token.created_by_id,
+    )
+
+
+def test_a_token_cannot_be_moved_to_another_tenant(staff, tenant, other_tenant, foreign_project):
+    client = _admin_of_acme_viewer_of_globex(staff, other_tenant)
+    token, _ = token_create(tenant=tenant, name="deploy", grants=["*"])
+    url = f"{ADMIN}tenancy/apitoken/{token.id}/change/"
+    page = client.get(url).content.decode()
+    # Only the name is a form field: tenant, grants, scope, expiry and revocation are shown.
+    for name in ("tenant", "projects", "grants", "revoked_at", "expires_at", "created_by"):
+        assert f'name="{name}' not in page, name
+    assert 'name="name"' in page
+    before = _token_state(token)
+    response = client.post(
+        url,
+        {
+            "name": "deploy",
+            "tenant": other_tenant.id,
+            "projects": [foreign_project.id],
+            "grants": '["*"]',
+            "revoked_at_0": "",
+            "expires_at_0": "2999-01-01",
+            "expires_at_1": "00:00:00",
+        },
+    )
+    assert response.status_code == 302
+    assert _token_state(token) == before
+    renamed = client.post(url, {"name": "deploy-2"})
+    assert renamed.status_code == 302
+    assert _token_state(token) == (before[0], "deploy-2", *before[2:])
+
+
+def test_revocation_cannot_be_undone_in_the_admin(superuser_client, tenant):
+    token, _ = token_create(tenant=tenant, name="ci", grants=["runs:read"])
+    _action(superuser_client, "tenancy/apitoken", "revoke", [token.id])
+    revoked_at = ApiToken.objects.get(pk=token.pk).revoked_at
+    assert revoked_at is not None
+    url = f"{ADMIN}tenancy/apitoken/{token.id}/change/"
+    response = superuser_client.post(
+        url, {"name": "ci", "revoked_at_0": "", "revoked_at_1": "", "tenant": tenant.id}
+    )
+    assert response.status_code == 302
+    assert ApiToken.objects.get(pk=token.pk).revoked_at == revoked_at
+
+
+def test_a_project_cannot_be_moved_to_another_tenant(staff, project, other_tenant):
+    client = _admin_of_acme_viewer_of_globex(staff, other_tenant)
+    url = f"{ADMIN}tenancy/project/{project.id}/change/"
+    assert 'name="tenant"' not in client.get(url).content.decode()
+    response = client.post(url, {"slug": project.slug, "name": "moved", "tenant": other_tenant.id})
+    assert response.status_code == 302
+    stored = Project.objects.get(pk=project.pk)
+    assert (stored.tenant_id, stored.name) == (project.tenant_id, "moved")
+
+
+def _options(body: str, name: str) -> set[str]:
+    select = re.search(rf'<select name="{name}"[^>]*>(.*?)</select>', body, re.S)
+    assert select is not None, f"no select {name!r}"
+    return set(re.findall(r'<option value="([^"]+)"', select.group(1)))
+
+
+def test_add_forms_offer_only_tenants_the_user_administers(staff, tenant, other_tenant):
+    client = _admin_of_acme_viewer_of_globex(staff, other_tenant)
+    for model in ("tenancy/project", "tenancy/membership"):
+        page = client.get(f"{ADMIN}{model}/add/").content.decode()
+        assert _options(page, "tenant") == {str(tenant.id)}, model
+    projects = Project.objects.count()
+    memberships = Membership.objects.count()
+    victor = UserFactory(username="victor")
+    victor.save()
+    MembershipFactory(user=victor, tenant=other_tenant, role="viewer")
+    for model, form in (
+        ("tenancy/project", {"tenant": other_tenant.id, "slug": "planted", "name": "planted"}),
+        ("tenancy/membership", {"tenant": other_tenant.id, "user": victor.pk, "role": "admin"}),
+    ):
+        refused = client.post(f"{ADMIN}{model}/add/", form)
+        assert refused.status_code == 200, model  # the form again: not a valid choice
+        assert "Select a valid choice" in refused.content.decode()
+    assert Project.objects.count() == projects
+    assert Membership.objects.count() == memberships + 1  # victor's own, made above
+    assert Membership.objects.get(user=victor).role == "viewer"
+
+
+def test_an_operator_or_viewer_everywhere_may_not_add(staff, other_tenant):
+    client = staff("operator")
+    assert client.get(f"{ADMIN}tenancy/project/add/").status_code == 403
+
+
+def test_a_membership_keeps_its_user_and_tenant(staff, tenant, member, other_tenant):
+    other = member("viewer", username="victor")
+    intruder = member("viewer", username="ivan")
+    membership = Membership.objects.get(user=other)
+    client = _admin_of_acme_viewer_of_globex(staff, other_tenant)
+    url = f"{ADMIN}tenancy/membership/{membership.id}/change/"
+    response = client.post(url, {"user": intruder.id, "tenant": other_tenant.id, "role": "admin"})
+    assert response.status_code == 302
+    stored = Membership.objects.get(id=membership.id)
+    assert (stored.user_id, stored.tenant_id, stored.role) == (other.id, tenant.id, "admin")
+
+
+def test_admin_writes_are_audited_under_the_tenant(
+    staff, tenant, project, make_token, client_for, other_tenant
+):
+    client = staff("admin", username="acme-admin")
+    token, _ = token_create(tenant=tenant, name="deploy", grants=["runs:read"])
+    before = AuditEvent.objects.count()
+    client.post(f"{ADMIN}tenancy/apitoken/{token.id}/change/", {"name": "deploy-2"})
+    client.post(
+        f"{ADMIN}tenancy/project/{project.id}/change/", {"slug": "research", "name": "Renamed"}
+    )
+    client.post(
+        f"{ADMIN}tenancy/project/add/", {"tenant": tenant.id, "slug": "added", "name": "Added"}
+    )
+    added = Project.objects.get(tenant=tenant, slug="added")
+    spare = ProjectFactory(tenant=tenant, slug="spare")  # no audit rows keep it
+    client.post(f"{ADMIN}tenancy/project/{spare.id}/delete/", {"post": "yes"})
+    assert not Project.objects.filter(pk=spare.pk).exists()
+    _action(client, "tenancy/apitoken", "revoke", [token.id])
+    rows = list(AuditEvent.objects.order_by("id"))[before:]
+    assert [
+        (r.action, r.outcome, r.tenant_id, r.project_id, r.object_type, r.object_id, r.details)
+        for r in rows
+    ] == [
+        ("apitoken.change", "success", tenant.id, None, "apitoken", str(token.id),
+         {"via": "admin", "fields": ["name"]}),
+        ("project.change", "success", tenant.id, project.id, "project", str(project.id),
+         {"via": "admin", "fields": ["name"]}),
+        ("project.add", "success", tenant.id, added.id, "project", str(added.id),
+         {"via": "admin", "fields": ["name", "slug", "tenant"]}),
+        ("project.delete", "success", tenant.id, None, "project", str(spare.id),
+         {"via": "admin"}),
+        ("token.revoke", "success", tenant.id, None, "token", str(token.id),
+         {"via": "admin", "prefix": token.prefix,
+          "revoked_at": str(ApiToken.objects.get(pk=token.pk).revoked_at)}),
+    ]  # fmt: skip
+    assert {r.actor for r in rows} == {"user:acme-admin"}
+    assert token.secret_hash not in repr([r.details for r in rows])
+    # The tenant sees them in its own audit log; another tenant does not.
+    listed = client_for(make_token(["audit:read"])).get("/api/v1/audit/").json()["results"]
+    actions = [(e["action"], e["object_id"]) for e in listed]
+    for row in rows:
+        assert (row.action, row.object_id) in actions
+    theirs = client_for(make_token(["audit:read"], tenant=other_tenant)).get("/api/v1/audit/")
+    assert [e["action"] for e in theirs.json()["results"]] == []

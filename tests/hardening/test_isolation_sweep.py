@@ -49,14 +49,16 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from rest_framework.test import APIClient
 
-from memory_app.models import MemoryStats
+from memory_app.models import MemoryStats, MemoryTerm
 from openrath_project.api.throttling import local_buckets
 from openrath_project.asgi import application
-from openrath_project.tenancy.models import Membership, Project
+from openrath_project.tenancy.fixed_columns import owned_models, owner_columns
+from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership, Project
 from openrath_project.tenancy.services import token_create
 from openrath_project.ws.db import close_db_pool
 from runs_app.models import Checkpoint, Run, RunEvent
 from sessions_app.models import Chunk, LineageEdge
+from tests.factories import MembershipFactory
 from tests.hardening.isolation_routes import coverage_problems, http_routes, websocket_routes
 from tests.hardening.isolation_world import (
     SECRET,
@@ -1202,8 +1204,12 @@ def test_admin_forms_offer_only_the_staff_members_tenants(make_world, other_tena
     world = make_world()
     staff = logged_in(users["staff"])
     body = staff.get(f"{ADMIN}tenancy/apitoken/{b_token.pk}/change/").content.decode()
-    assert _options(body, "projects") == {str(world.foreign_project.id)}
-    assert _options(body, "created_by") == {str(u.pk) for u in users.values()}
+    # A token's scope and creator are shown, not chosen (they change through the services).
+    assert 'name="projects"' not in body
+    assert 'name="created_by"' not in body
+    assert not leaked(body.encode(), world.markers())
+    project_form = staff.get(f"{ADMIN}tenancy/project/add/").content.decode()
+    assert _options(project_form, "tenant") == {str(other_tenant.id)}
     a_user = world.users["viewer"]
     form = staff.get(f"{ADMIN}tenancy/membership/add/?user={a_user.pk}").content.decode()
     assert a_user.username not in form
@@ -1218,6 +1224,79 @@ def test_admin_forms_offer_only_the_staff_members_tenants(make_world, other_tena
     assert refused.status_code == 200
     assert a_user.username not in refused.content.decode()
     assert Membership.objects.count() == before
+
+
+def _owners() -> dict[str, list[tuple[Any, ...]]]:
+    """Every row's owner (its tenant and project columns), a token's projects and a
+    membership's user: what no admin write may move (audit rows are checked apart: each
+    request adds its own)."""
+    found = {}
+    for model in owned_models():
+        if model is AuditEvent:
+            continue
+        key = ("entry_id", "term") if model is MemoryTerm else ("pk",)  # a composite key
+        columns = [
+            f.attname for f in model._meta.concrete_fields if f.column in owner_columns(model)
+        ]
+        found[model._meta.label] = sorted(model._base_manager.values_list(*key, *columns))
+    found["token_projects"] = sorted(
+        ApiToken.projects.through.objects.values_list("apitoken_id", "project_id")
+    )
+    found["membership_users"] = sorted(Membership.objects.values_list("pk", "user_id"))
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_writes_cannot_move_rows_into_another_tenant(make_world, other_tenant):
+    """The red-team's path: staff who administer B and only view A post B's rows' change forms
+    (and every add form) naming A's tenant, project and users. Every admin model is posted;
+    no row may change its owner or appear in A, and A's audit log gains no success."""
+    users = other_tenant_users(other_tenant)
+    b_token = token_create(tenant=other_tenant, name="iso-b-token", grants=["*"])[0]
+    Group.objects.create(name="iso-group")
+    world = make_world()
+    values = {
+        **_admin_values(world, users["staff"], b_token),
+        "user": str(world.users["viewer"].pk),
+    }
+    MembershipFactory(user=users["staff"], tenant=world.tenant, role="viewer")
+    staff = logged_in(users["staff"])
+    form = {
+        **fill(ADMIN_FORM, values),
+        "projects": [values["project"]],
+        "grants": '["*"]',
+        "expires_at_0": "2999-01-01",
+        "expires_at_1": "00:00:00",
+    }
+    own = {
+        "tenancy/tenant": values["own_tenant"],
+        "tenancy/project": values["own_project"],
+        "tenancy/membership": values["own_membership"],
+        "tenancy/apitoken": values["own_token"],
+    }
+    before, mark = _owners(), audit_watermark()
+    failures = Failures()
+    for model in ADMIN_MODELS:
+        targets = [f"{ADMIN}{model}/add/"]
+        if model in own:
+            targets.append(f"{ADMIN}{model}/{own[model]}/change/")
+        for url in targets:
+            response = staff.post(url, form)
+            failures.check(response.status_code < 500, f"POST {url}: {response.status_code}")
+    moved = fingerprint_diff(before, _owners())
+    failures.check(not moved, f"admin writes moved or planted rows: {moved}")
+    in_a = AuditEvent.objects.filter(id__gt=mark, tenant=world.tenant, outcome="success")
+    failures.check(
+        not in_a.exists(), f"audited as done in A: {list(in_a.values_list('action', flat=True))}"
+    )
+    assert not failures, failures.report()
+    # The control: B's own rows are still B's to edit (the forms above were valid for B).
+    renamed = staff.post(
+        f"{ADMIN}tenancy/project/{own['tenancy/project']}/change/",
+        {"slug": world.foreign_project.slug, "name": "renamed by B"},
+    )
+    assert renamed.status_code == 302
+    assert Project.objects.get(pk=world.foreign_project.pk).name == "renamed by B"
 
 
 # --- 5. WebSocket streams --------------------------------------------------------------------
