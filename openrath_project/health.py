@@ -1,4 +1,5 @@
-"""Liveness (``/healthz``) and readiness (``/readyz``: database, Redis and storage)."""
+"""Liveness (``/healthz``) and readiness (``/readyz``: database, Redis and storage, and which tool
+sandbox is in force)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,32 @@ def check_storage() -> None:
         default_storage.delete(saved)
 
 
+def check_sandbox() -> None:
+    """Only when ``OPENRATH_SANDBOX=bwrap`` requires bubblewrap: fails while it cannot run."""
+    from sessions_app.sandbox import sandbox_status
+
+    status = sandbox_status()
+    if not status.ok:
+        raise RuntimeError(status.detail)
+
+
 def readiness_checks() -> dict[str, Callable[[], None]]:
+    from sessions_app.sandbox import sandbox_mode
+
     checks: dict[str, Callable[[], None]] = {"database": check_database}
     if settings.REDIS_URL:
         checks["redis"] = check_redis
     checks["storage"] = check_storage
+    if sandbox_mode() == "bwrap":
+        checks["sandbox"] = check_sandbox
     return checks
+
+
+def sandbox_detail() -> dict[str, object]:
+    """Which backend confines tool commands here (``bwrap`` or the ``local`` fallback), and why."""
+    from sessions_app.sandbox import sandbox_status
+
+    return sandbox_status().as_dict()
 
 
 @require_GET
@@ -83,5 +104,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
             results[name] = {"ok": True}
         results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
     failed = sorted(name for name, r in results.items() if not r["ok"])
-    body = {"status": "unavailable" if failed else "ready", "failed": failed, "checks": results}
+    body = {
+        "status": "unavailable" if failed else "ready",
+        "failed": failed,
+        "checks": results,
+        "sandbox": sandbox_detail(),
+    }
     return JsonResponse(body, status=503 if failed else 200)

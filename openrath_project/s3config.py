@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from botocore.config import Config
 
+from openrath_project.secretfiles import SecretFileError, secret_value
+
 
 def s3_client_config(
     *, connect_timeout: float = 3.0, read_timeout: float = 30.0, max_attempts: int = 3
@@ -81,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         outcome = ensure_bucket(
             endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None,
             bucket=os.environ["S3_BUCKET"],
-            access_key=os.environ["S3_ACCESS_KEY_ID"],
-            secret_key=os.environ["S3_SECRET_ACCESS_KEY"],
+            access_key=secret_value("S3_ACCESS_KEY_ID") or os.environ["S3_ACCESS_KEY_ID"],
+            secret_key=secret_value("S3_SECRET_ACCESS_KEY") or os.environ["S3_SECRET_ACCESS_KEY"],
             region=os.environ.get("S3_REGION") or "us-east-1",
             timeout=args.timeout,
         )
     except KeyError as exc:
         print(f"error: {exc.args[0]} is not set", file=sys.stderr)
+        return 2
+    except SecretFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
         print(f"error: the bucket is not usable: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -29,8 +29,19 @@ class UnappliedMigrations(SystemExit):
     pass
 
 
+def announce_sandbox() -> None:
+    """Probe the tool sandbox now and log which one is in force (a WARNING for the fallback)."""
+    from sessions_app.sandbox import sandbox_status
+
+    sandbox_status()
+
+
 def require_migrations_applied(process: str) -> None:
-    """Exit with a readable message when the production database is behind the code."""
+    """Exit with a readable message when the production database is behind the code.
+
+    Every long-running process calls this at start, so it also announces the tool sandbox.
+    """
+    announce_sandbox()
     if not settings.PRODUCTION:
         return
     pending = unapplied_migrations()

@@ -14,23 +14,33 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from openrath_project.errors import Conflict, NotFound, ValidationFailed
 from openrath_project.tenancy.models import Project
 from sessions_app import context, streaming
-from sessions_app.chunk_rules import ChunkDraft, make_draft, usage_totals
-from sessions_app.models import Chunk, LineageEdge, Session
+from sessions_app.chunk_rules import (
+    MAX_SESSION_COST_USD,
+    MAX_SESSION_TOKENS,
+    ChunkDraft,
+    make_draft,
+    usage_totals,
+)
+from sessions_app.models import USAGE_CONSTRAINT, Chunk, LineageEdge, Session
 from sessions_app.segments import common_prefix_length, segments_for, shortest_base
 from sessions_app.selectors import S, chunk_all, db_uuid, session_chain
 
 #: Most chunks one append may carry.
 MAX_CHUNKS_PER_APPEND = 1000
 MERGE_STRATEGIES = ("concat", "summary")
+#: Strategies the library offers beyond the API's: ``append`` is OpenRath's ``a.merge(b)``.
+LIBRARY_MERGE_STRATEGIES = (*MERGE_STRATEGIES, "append")
 
 
 class StaleFence(Conflict):
@@ -241,7 +251,12 @@ def append_now(
     sql = _APPEND_SQL.format(owner=_OWNER_FENCE if fence is not None else _OWNER_FREE)
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            try:
+                cursor.execute(sql, params)
+            except IntegrityError as exc:  # the totals would leave their domain
+                if USAGE_CONSTRAINT not in str(exc):
+                    raise
+                raise _usage_full() from exc
             row = cursor.fetchone()
         if row is None:
             _explain_refused_append(session.id, fence)
@@ -252,6 +267,14 @@ def append_now(
     session.own_len = own_len
     session.base_len = base_len
     return rows
+
+
+def _usage_full() -> ValidationFailed:
+    return ValidationFailed(
+        f"usage: the session's usage totals would pass their limits ({MAX_SESSION_TOKENS} "
+        f"tokens, {MAX_SESSION_COST_USD} USD); nothing was appended",
+        details={"usage": ["the session's totals would pass their limits"]},
+    )
 
 
 def _explain_refused_append(session_id: uuid.UUID, fence: context.Fence | None) -> None:
@@ -424,10 +447,12 @@ def session_merge(
     ``concat``: the common prefix (shared storage, found from the base chains), then each
     branch's chunks after it, in parent order, tagged with ``branch`` = the parent's id.
     ``summary``: the common prefix, then one summary chunk written by ``summarizer``.
+    ``append`` (OpenRath's ``a.merge(b)``): every chunk of the first session (shared storage:
+    it is the base), then every chunk of each other one, a common prefix repeated.
     """
-    if strategy not in MERGE_STRATEGIES:
+    if strategy not in LIBRARY_MERGE_STRATEGIES:
         raise ValidationFailed(
-            f"strategy must be one of {', '.join(MERGE_STRATEGIES)}",
+            f"strategy must be one of {', '.join(LIBRARY_MERGE_STRATEGIES)}",
             details={"strategy": [f"unknown strategy {strategy!r}"]},
         )
     if len(sessions) < 2:
@@ -448,17 +473,24 @@ def session_merge(
             details={"strategy": ["no summarizer configured"]},
         )
     lengths = [_current_length(s) for s in sessions]
-    chains = [session_chain(s.id) for s in sessions]
-    prefix = common_prefix_length(
-        [segments_for(chain, length) for chain, length in zip(chains, lengths, strict=True)]
-    )
-    branches = [
-        Branch(session=s, length=n, chunks=chunk_all(s.id, upto=n)[prefix:])
-        for s, n in zip(sessions, lengths, strict=True)
-    ]
+    if strategy == "append":
+        prefix = lengths[0]
+        branches = [Branch(session=first, length=prefix)] + [
+            Branch(session=s, length=n, chunks=chunk_all(s.id, upto=n))
+            for s, n in zip(sessions[1:], lengths[1:], strict=True)
+        ]
+    else:
+        chains = [session_chain(s.id) for s in sessions]
+        prefix = common_prefix_length(
+            [segments_for(chain, length) for chain, length in zip(chains, lengths, strict=True)]
+        )
+        branches = [
+            Branch(session=s, length=n, chunks=chunk_all(s.id, upto=n)[prefix:])
+            for s, n in zip(sessions, lengths, strict=True)
+        ]
     drafts: list[ChunkDraft]
     spent: dict[str, Any] | None = None
-    if strategy == "concat":
+    if strategy in ("concat", "append"):
         drafts = [
             ChunkDraft(
                 role=c.role,
@@ -595,11 +627,65 @@ def session_compress(
     return compressed
 
 
-def session_place(*, session: Session, backend: str, spec: Any = None) -> Session:
-    """Bind the session to a sandbox backend (``"local"`` with a workspace path)."""
+#: Backends whose spec is a workspace directory on this machine.
+WORKSPACE_BACKENDS = ("local", "bwrap")
+
+
+def project_workspace_root(*, tenant_id: Any, project_id: Any) -> Path:
+    """Where a project's workspaces live: ``$OPENRATH_DATA_DIR/workspaces/<tenant>/<project>``."""
+    return Path(settings.DATA_DIR) / "workspaces" / str(tenant_id) / str(project_id)
+
+
+def _workspace_spec(session: Session, spec: Any) -> str:
+    """An absolute workspace path: no spec is the session's own workspace, a relative one lives
+    under the project's root (so two tenants' ``"notes"`` are two directories); an absolute path
+    is the deploying code's explicit choice and is kept."""
+    root = project_workspace_root(tenant_id=session.tenant_id, project_id=session.project_id)
+    if spec is None or spec == "":
+        return str(root / str(session.id))
+    if not isinstance(spec, str) or "\x00" in spec:
+        raise ValidationFailed("spec must be a path string", details={"spec": ["not a path"]})
+    path = Path(spec)
+    if path.is_absolute():
+        return spec
+    if ".." in path.parts:
+        raise ValidationFailed(
+            f"workspace spec {spec!r} must not contain '..'", details={"spec": ["contains '..'"]}
+        )
+    return str(root / path)
+
+
+def session_place(
+    *, session: Session, backend: str, spec: Any = None, policy: Any = None
+) -> Session:
+    """Bind the session to a sandbox backend (``"local"`` with a workspace path) and policy.
+
+    Only code the operator deployed calls this (workflows, agents, scripts: ``session.to()``);
+    no API accepts a placement, and imports drop theirs. ``policy`` is a ``ToolPolicy`` (or its
+    JSON form), stored with the placement.
+    """
+    # Imported here: the sandbox imports the tool package, which imports the providers.
+    from sessions_app.sandbox import policy_from_placement, registered_backends
+    from sessions_app.tools.policy import ToolPolicy
+
     if not isinstance(backend, str) or not backend:
         raise ValidationFailed("backend must be a non-empty string", details={"backend": ["empty"]})
-    placement = {"backend": backend, "spec": spec}
+    if backend not in registered_backends():
+        raise ValidationFailed(
+            f"unknown sandbox backend {backend!r}; known backends: "
+            f"{', '.join(registered_backends())}",
+            details={"backend": ["unknown"]},
+        )
+    if backend in WORKSPACE_BACKENDS:
+        spec = _workspace_spec(session, spec)
+    placement: dict[str, Any] = {"backend": backend, "spec": spec}
+    if policy is not None:
+        if not isinstance(policy, ToolPolicy):
+            try:
+                policy = policy_from_placement(policy)
+            except (TypeError, ValueError) as exc:
+                raise ValidationFailed(str(exc), details={"policy": [str(exc)]}) from None
+        placement["policy"] = policy.as_json()
     Session.objects.filter(id=session.id).update(placement=placement, updated_at=timezone.now())
     session.placement = placement
     return session

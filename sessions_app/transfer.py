@@ -1,6 +1,8 @@
 """Export a session graph as JSONL, and import ours or OpenRath v1's (historical, untrusted).
 
-An import is one transaction: a file that cannot be read changes nothing.
+An import is one transaction: a file that cannot be read changes nothing. Imported sessions
+have no placement (a file's ``placement`` is dropped, noted as ``placement_dropped`` in the
+provenance): the code that later works on them places them with ``session.to()``.
 """
 
 from __future__ import annotations
@@ -302,7 +304,9 @@ def _import_export(project: Project, document: Any, result: ImportResult, by: st
             base=base,
             base_len=base_len,
             own_len=len(own),
-            placement=record.get("placement") or {},
+            # Never the file's placement: where tools run is the operator's decision, and an
+            # imported path or policy would let the file's author pick any host directory.
+            placement={},
             metadata=record.get("metadata") or {},
             provenance={
                 "format": EXPORT_FORMAT,
@@ -310,6 +314,7 @@ def _import_export(project: Project, document: Any, result: ImportResult, by: st
                 "original_op": op,
                 "imported_at": timezone.now().isoformat(),
                 "historical": True,
+                **({"placement_dropped": True} if record.get("placement") else {}),
             },
             incomplete=bool(record.get("incomplete")),
             created_by=by,

@@ -11,17 +11,24 @@ short grace, and background processes left behind by a finished command are stop
 way, so nothing a command started outlives the call. Output is read incrementally and capped
 (head and tail kept), so a command printing gigabytes costs bounded memory.
 
+Commands also run under the policy's per-process limits (address space, CPU time, file size,
+no core dumps) through util-linux's ``prlimit``.
+
 Limits: commands run as the same OS user as the server, so they are *not* confined to the
-workspace by the kernel; use a container backend for code you do not trust. Process-group
-killing does not reach a process that deliberately leaves its group (``setsid``).
+workspace by the kernel: they can read what that user can (including ``/proc/<worker>/environ``
+where the worker is dumpable), reach the network, and a process that deliberately leaves its
+group (``setsid``) escapes the group kill. This is the fallback; ``BwrapSandbox``
+(``sessions_app.sandbox.bwrap``) confines commands with the kernel where bubblewrap works.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import selectors
+import shutil
 import signal
 import stat
 import subprocess
@@ -35,6 +42,8 @@ from sessions_app.sandbox.base import CommandResult, SandboxBackend, SandboxViol
 from sessions_app.tools.policy import ToolPolicy
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: util-linux's prlimit (Debian: essential), which sets the resource limits of commands.
+PRLIMIT = shutil.which("prlimit", path="/usr/bin:/bin")
 TMP_DIR_NAME = ".tmp"
 #: How long a command gets to exit after SIGTERM before SIGKILL.
 TERM_GRACE_SECONDS = 1.0
@@ -146,6 +155,26 @@ def _leader_exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return result is not None
+
+
+def limit_arguments(policy: ToolPolicy, timeout: float, *, processes: bool) -> list[str]:
+    """A ``prlimit`` prefix applying the policy's per-process limits (empty without prlimit).
+
+    CPU time gets the command's timeout plus a second (SIGXCPU, then SIGKILL a second later);
+    core dumps are off. The process limit is only set when ``processes`` is true: outside a
+    user namespace RLIMIT_NPROC counts every process of the server's user, not the command's.
+    """
+    if PRLIMIT is None:
+        return []
+    cpu = math.ceil(timeout) + 1
+    arguments = [PRLIMIT, f"--cpu={cpu}:{cpu + 1}", "--core=0"]
+    if policy.max_memory_bytes is not None:
+        arguments.append(f"--as={policy.max_memory_bytes}")
+    if policy.max_file_bytes is not None:
+        arguments.append(f"--fsize={policy.max_file_bytes}")
+    if processes and policy.max_processes is not None:
+        arguments.append(f"--nproc={policy.max_processes}")
+    return [*arguments, "--"]
 
 
 class LocalSandbox(SandboxBackend):
@@ -275,15 +304,23 @@ class LocalSandbox(SandboxBackend):
 
     def run_python(self, code: str, timeout: float | None = None) -> CommandResult:
         if len(code) <= _MAX_INLINE_CODE:
-            return self._run([sys.executable, "-I", "-c", code], timeout)
+            return self._run([self.python_executable(), "-I", "-c", code], timeout)
         script = os.path.join(self.root, TMP_DIR_NAME, f"snippet-{os.getpid()}-{time.time_ns()}.py")
         os.makedirs(os.path.dirname(script), exist_ok=True)
         Path(script).write_text(code, encoding="utf-8")
         try:
-            return self._run([sys.executable, "-I", script], timeout)
+            return self._run([self.python_executable(), "-I", script], timeout)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(script)
+
+    def python_executable(self) -> str:
+        """The interpreter ``run_python`` uses."""
+        return sys.executable
+
+    def launch(self, argv: list[str], timeout: float) -> list[str]:
+        """The argv actually started for ``argv``: here, under the policy's resource limits."""
+        return [*limit_arguments(self.policy, timeout, processes=False), *argv]
 
     def _run(self, argv: list[str], timeout: float | None) -> CommandResult:
         limit = self.policy.effective_timeout(timeout)
@@ -291,8 +328,9 @@ class LocalSandbox(SandboxBackend):
         started = time.monotonic()
         deadline = started + limit
         process = subprocess.Popen(  # noqa: S603 - argv is built here, the shell is the point
-            argv,
+            self.launch(argv, limit),
             cwd=self.root,
+            # The launcher's environment too: nothing is inherited from the server.
             env=self.environment(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

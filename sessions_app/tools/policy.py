@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import shlex
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 DEFAULT_COMMAND_DENY: tuple[str, ...] = (
     "rm -rf /",
@@ -23,6 +24,11 @@ DEFAULT_COMMAND_DENY: tuple[str, ...] = (
     "dd if=",
     ":(){ ",
 )
+
+
+DEFAULT_MAX_MEMORY_BYTES = 2 * 1024**3
+DEFAULT_MAX_FILE_BYTES = 1024**3
+DEFAULT_MAX_PROCESSES = 256
 
 
 class ToolPolicyViolation(Exception):
@@ -39,6 +45,15 @@ class ToolPolicy:
     max_calls: int | None = None
     command_timeout_seconds: float = 30
     max_output_bytes: int = 64_000
+    #: Whether commands may use the network. Only the ``bwrap`` backend can refuse it (a new,
+    #: empty network namespace); the path-confined ``local`` fallback cannot.
+    network: bool = False
+    #: Per-process limits on commands (``None`` = no limit): address space, size of any file
+    #: written, and processes (``bwrap`` only: without a user namespace it would count every
+    #: process of the server's user). CPU time is limited to the command's timeout.
+    max_memory_bytes: int | None = DEFAULT_MAX_MEMORY_BYTES
+    max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES
+    max_processes: int | None = DEFAULT_MAX_PROCESSES
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None and not isinstance(self.allowed_tools, frozenset):
@@ -49,6 +64,10 @@ class ToolPolicy:
             raise ValueError("command_timeout_seconds must be positive")
         if self.max_output_bytes <= 0:
             raise ValueError("max_output_bytes must be positive")
+        for name in ("max_memory_bytes", "max_file_bytes", "max_processes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None")
 
     def check_tool(self, name: str) -> None:
         """Raise unless the tool may be called."""
@@ -86,6 +105,15 @@ class ToolPolicy:
         if requested is None or requested <= 0:
             return self.command_timeout_seconds
         return min(requested, self.command_timeout_seconds)
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON form kept in a placement (read back by ``policy_from_placement``)."""
+        data = asdict(self)
+        if self.allowed_tools is not None:
+            data["allowed_tools"] = sorted(self.allowed_tools)
+        data["command_allow"] = list(self.command_allow)
+        data["command_deny"] = list(self.command_deny)
+        return data
 
     def new_counter(self) -> CallCounter:
         """A fresh per-run call counter enforcing ``max_calls``."""

@@ -41,3 +41,68 @@ def test_readyz_with_real_redis(client, settings):
     response = client.get("/readyz")
     assert response.status_code == 200
     assert set(response.json()["checks"]) == {"database", "redis", "storage"}
+
+
+@pytest.fixture
+def fresh_sandbox_status():
+    from sessions_app.sandbox import reset_sandbox_status
+
+    reset_sandbox_status()
+    yield
+    reset_sandbox_status()
+
+
+def test_readyz_says_which_tool_sandbox_is_in_force(client, fresh_sandbox_status, monkeypatch):
+    from sessions_app.sandbox import sandbox_status
+
+    monkeypatch.delenv("OPENRATH_SANDBOX", raising=False)
+    body = client.get("/readyz").json()
+    status = sandbox_status()
+    assert body["sandbox"] == {
+        "mode": "auto",
+        "backend": status.backend,
+        "os_sandbox": status.backend == "bwrap",
+        "ok": True,
+        "detail": status.detail,
+    }
+    assert "sandbox" not in body["checks"]  # auto never fails readiness: it falls back
+
+
+def test_readyz_reports_the_fallback(client, fresh_sandbox_status, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENRATH_BWRAP", str(tmp_path / "missing"))
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["sandbox"]["backend"] == "local"
+    assert response.json()["sandbox"]["os_sandbox"] is False
+    assert response.json()["sandbox"]["detail"].startswith(
+        "falling back to the path-confined local backend: bwrap is not installed"
+    )
+
+
+def test_readyz_fails_when_required_bwrap_cannot_run(
+    client, fresh_sandbox_status, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("OPENRATH_SANDBOX", "bwrap")
+    monkeypatch.setenv("OPENRATH_BWRAP", str(tmp_path / "missing"))
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["failed"] == ["sandbox"]
+    assert body["checks"]["sandbox"]["ok"] is False
+    assert body["checks"]["sandbox"]["error"].startswith(
+        "RuntimeError: OPENRATH_SANDBOX=bwrap but bwrap is not installed"
+    )
+    assert body["sandbox"]["ok"] is False
+
+
+def test_readyz_with_required_bwrap_that_works(client, fresh_sandbox_status, monkeypatch):
+    from sessions_app.sandbox import bwrap_probe
+    from tests.support import service_missing
+
+    if not bwrap_probe().ok:
+        service_missing(f"needs bubblewrap: {bwrap_probe().detail}")
+    monkeypatch.setenv("OPENRATH_SANDBOX", "bwrap")
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"]["sandbox"]["ok"] is True
+    assert response.json()["sandbox"]["backend"] == "bwrap"
