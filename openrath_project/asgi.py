@@ -13,6 +13,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from openrath_project.bodylimit import AsgiBodyLimit  # noqa: E402
+from openrath_project.jsonlog import install_log_redaction  # noqa: E402
 from openrath_project.publisher import install_publisher  # noqa: E402
 from openrath_project.routing import websocket_urlpatterns  # noqa: E402
 from openrath_project.startup import require_migrations_applied  # noqa: E402
@@ -20,14 +22,20 @@ from openrath_project.ws.auth import BrowserOriginValidator, StreamAuthMiddlewar
 
 require_migrations_applied("the ASGI web process")
 
+# uvicorn's access and error lines name paths with their query strings: redact credentials.
+install_log_redaction()
+
 # Committed chunks, deltas and run events become channel-layer hints (once per process).
 install_publisher()
 
-# BrowserOriginValidator is AllowedHostsOriginValidator for browsers (an Origin header must be
-# an allowed host); a handshake without Origin is not a browser and may only use a bearer token.
+# BrowserOriginValidator checks browsers' handshakes (an Origin header must be
+# the handshake's own origin or a CSRF-trusted one, as Django's CSRF check); a handshake without
+# Origin is not a browser and may only use a bearer token.
+# AsgiBodyLimit refuses a body over OPENRATH_MAX_REQUEST_BYTES while it arrives, before Django
+# reads (and spools) it: Content-Length or not.
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": AsgiBodyLimit(django_asgi_app),
         "websocket": BrowserOriginValidator(StreamAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -49,7 +49,12 @@ def is_api_path(path: str) -> bool:
 
 
 class BodySizeLimitMiddleware:
-    """413 before reading a body larger than ``OPENRATH_MAX_REQUEST_BYTES``."""
+    """413 for a declared ``Content-Length`` above ``OPENRATH_MAX_REQUEST_BYTES``.
+
+    The servers' entry points enforce the limit while the body arrives, before Django reads it
+    (:mod:`openrath_project.bodylimit`, which writes the same audit event); this second check
+    covers Django's own handlers (the test client, ``runserver`` behind another WSGI wrapper).
+    """
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response

@@ -6,8 +6,12 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openrath_project.settings")
 
-application = get_wsgi_application()
-
+from openrath_project.bodylimit import WsgiBodyLimit  # noqa: E402
+from openrath_project.jsonlog import install_log_redaction  # noqa: E402
 from openrath_project.startup import require_migrations_applied  # noqa: E402
 
+# The request body limit before Django reads the body (openrath_project.bodylimit).
+application = WsgiBodyLimit(get_wsgi_application())
+
 require_migrations_applied("the WSGI web process")
+install_log_redaction()

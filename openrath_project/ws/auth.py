@@ -12,23 +12,29 @@ Tokens in the query string are never read: URLs end up in access logs.
 
 :class:`StreamAuthMiddleware` stores the result in ``scope["openrath_identity"]``; the consumer
 decides what a missing identity means (4401) and checks grants and scope itself.
-:class:`BrowserOriginValidator` guards cookie logins against cross-site WebSocket hijacking.
+:class:`BrowserOriginValidator` guards cookie logins against cross-site WebSocket hijacking with
+Django's CSRF rules for ``Origin`` (:func:`origin_verified`: scheme, host and port).
 """
 
 from __future__ import annotations
 
-import re
-import uuid
+import io
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from channels.auth import AuthMiddlewareStack
-from channels.security.websocket import OriginValidator
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.asgi import ASGIRequest
+from django.http.request import validate_host
 from django.utils import timezone
+from django.utils.http import is_same_domain
 
 from openrath_project.api.permissions import SESSION_TENANT_KEY
+from openrath_project.bodylimit import accepted_request_id
 from openrath_project.tenancy.models import ApiToken, Tenant
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.services import (
@@ -42,7 +48,6 @@ from openrath_project.ws.db import db_call
 SUBPROTOCOL = "openrath.v1"
 BEARER_SUBPROTOCOL_PREFIX = "openrath.bearer."
 IDENTITY_SCOPE_KEY = "openrath_identity"
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,7 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 
 
 def request_id_of(scope: dict[str, Any]) -> str:
-    incoming = _header(scope, b"x-request-id") or ""
-    return incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+    return accepted_request_id(_header(scope, b"x-request-id"))
 
 
 def bearer_of(scope: dict[str, Any]) -> str | None:
@@ -129,7 +133,7 @@ def identify(scope: dict[str, Any]) -> Identity:
 
 def reidentify(identity: Identity) -> Identity:
     """The identity again, from the database (sync): a revoked or expired token, a deleted
-    session (logout) or a deactivated user is a 401, a lost membership a 403."""
+    (logout) or expired session or a deactivated user is a 401, a lost membership a 403."""
     principal = identity.principal
     assert principal is not None
     if principal.token is not None:
@@ -147,6 +151,9 @@ def reidentify(identity: Identity) -> Identity:
         engine = import_module(settings.SESSION_ENGINE)
         if not engine.SessionStore().exists(identity.session_key):
             return _anonymous(identity.request_id, "logged out")
+        # load() is empty for a session past its expiry (SESSION_COOKIE_AGE): the login is over.
+        if not engine.SessionStore(identity.session_key).load():
+            return _anonymous(identity.request_id, "login expired")
     user = (
         get_user_model().objects.filter(pk=principal.user.pk, is_active=True).first()
         if principal.user is not None
@@ -186,21 +193,95 @@ def StreamAuthMiddleware(inner: Any) -> Any:  # noqa: N802 - an ASGI middleware 
     return AuthMiddlewareStack(_Identify(inner))
 
 
-class BrowserOriginValidator(OriginValidator):
-    """``AllowedHostsOriginValidator`` for browsers, token-only for everything else.
+def _allowed_hosts() -> list[str]:
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]  # as HttpRequest.get_host()
+    return allowed
 
-    A browser always sends ``Origin`` on a WebSocket handshake: it must be one of
-    ``ALLOWED_HOSTS`` (else the handshake is denied), which stops another site from opening a
-    socket with the user's console cookie. A handshake without ``Origin`` is not from a browser
-    (API clients, CLIs): it is let through with its cookies removed, so it can only authenticate
+
+def _handshake_request(scope: dict[str, Any]) -> ASGIRequest:
+    """The handshake as Django sees an HTTP request (``wss`` is ``https``), so ``get_host()``
+    and ``is_secure()`` apply ``ALLOWED_HOSTS``, ``USE_X_FORWARDED_HOST`` and
+    ``SECURE_PROXY_SSL_HEADER`` exactly as for the console's pages."""
+    scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
+    http_scope = {**scope, "type": "http", "method": "GET", "scheme": scheme}
+    return ASGIRequest(http_scope, io.BytesIO())
+
+
+def _addressed_host(scope: dict[str, Any], request: ASGIRequest, origin: str) -> str | None:
+    """The host (with its port, as the client wrote it) the handshake was sent to, if allowed.
+
+    A handshake that names no host at all (no ``Host`` header, no server address: in-process
+    ASGI harnesses only, a network server always passes ``Host``) is taken as addressed to the
+    default port of the origin's host, when that host is allowed."""
+    named = (
+        _header(scope, b"host") is not None
+        or scope.get("server")
+        or (settings.USE_X_FORWARDED_HOST and _header(scope, b"x-forwarded-host") is not None)
+    )
+    if named:
+        try:
+            return request.get_host()
+        except DisallowedHost:
+            return None
+    try:
+        parsed = urlsplit(origin)
+        port = parsed.port
+    except ValueError:
+        return None
+    hostname = parsed.hostname or ""
+    if port is not None or not hostname or not validate_host(hostname, _allowed_hosts()):
+        return None
+    return parsed.netloc
+
+
+def origin_verified(scope: dict[str, Any]) -> bool:
+    """Django's CSRF check of ``Origin`` (``CsrfViewMiddleware``), for a WebSocket handshake.
+
+    The origin must be the handshake's own, ``http(s)://<Host>``: scheme, host *and port*, the
+    host one of ``ALLOWED_HOSTS``, ``https`` when the handshake is secure (``wss``, or the
+    proxy's ``SECURE_PROXY_SSL_HEADER``); or exactly one of ``CSRF_TRUSTED_ORIGINS``; or match
+    one of its wildcard entries (``https://*.example.com``) in scheme, subdomain and port.
+    ``Origin: null`` (sandboxed frames, ``file:`` pages) matches nothing."""
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return False
+    request = _handshake_request(scope)
+    host = _addressed_host(scope, request, origin)
+    if host is not None and origin == f"{'https' if request.is_secure() else 'http'}://{host}":
+        return True
+    trusted = list(getattr(settings, "CSRF_TRUSTED_ORIGINS", []))
+    if origin in {entry for entry in trusted if "*" not in entry}:
+        return True
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    for entry in trusted:
+        if "*" not in entry:
+            continue
+        pattern = urlsplit(entry)
+        if pattern.scheme == parsed.scheme and is_same_domain(
+            parsed.netloc, pattern.netloc[pattern.netloc.index("*") + 1 :]
+        ):
+            return True
+    return False
+
+
+class BrowserOriginValidator:
+    """Browsers' handshakes must come from the site itself; everything else is token-only.
+
+    A browser always sends ``Origin`` on a WebSocket handshake: it must pass
+    :func:`origin_verified` (Django's CSRF origin rules, port included), else the handshake is
+    denied, which stops another site, or another port of the same host, from opening a socket
+    with the user's console cookie. A handshake without ``Origin`` is not from a browser (API
+    clients, CLIs): it is let through with its cookies removed, so it can only authenticate
     with a bearer token, which another site cannot supply.
     """
 
     def __init__(self, application: Any) -> None:
-        allowed = list(settings.ALLOWED_HOSTS)
-        if settings.DEBUG and not allowed:
-            allowed = ["localhost", "127.0.0.1", "[::1]"]
-        super().__init__(application, allowed)
+        self.application = application
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         if scope["type"] != "websocket":
@@ -208,7 +289,9 @@ class BrowserOriginValidator(OriginValidator):
         if _header(scope, b"origin") is None:
             headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"cookie"]
             return await self.application(dict(scope, headers=headers), receive, send)
-        return await super().__call__(scope, receive, send)
+        if not origin_verified(scope):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)
 
 
 __all__ = [
@@ -220,5 +303,6 @@ __all__ = [
     "StreamAuthMiddleware",
     "bearer_of",
     "identify",
+    "origin_verified",
     "reidentify",
 ]

@@ -192,13 +192,43 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     setattr(item, f"report_{report.when}", report)
 
 
+#: Records every Content-Security-Policy violation of a page (Playwright injects it without the
+#: page's CSP applying to it) in ``window.__cspViolations``.
+CSP_LISTENER = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__cspViolations.push(
+    event.violatedDirective + " blocked " + (event.blockedURI || "inline") +
+    " at " + event.documentURI + (event.sample ? " (" + event.sample + ")" : ""));
+});
+"""
+
+
+def csp_violations(page: Any) -> list[str]:
+    """The CSP violations the page (its current document) has seen so far."""
+    return list(page.evaluate("() => window.__cspViolations || []"))
+
+
 @pytest.fixture
 def browser_context(
     request: pytest.FixtureRequest, server: Server, playwright_browser: Any
 ) -> Iterator[Any]:
-    """A fresh browser profile on the server; pages of a failed test are saved as artifacts."""
+    """A fresh browser profile on the server; pages of a failed test are saved as artifacts.
+
+    The server's Content-Security-Policy is enforced (never bypassed): every console message
+    about a violation, on any page of the test, fails the test at teardown. (Playwright's
+    ``wait_for_function`` must be given a function, ``"() => ..."``: a bare expression is
+    evaluated with ``eval``, which the policy forbids.)"""
     context = playwright_browser.new_context(base_url=server.url)
     context.set_default_timeout(TIMEOUT_MS)
+    context.add_init_script(CSP_LISTENER)
+    refused: list[str] = []
+
+    def on_console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(f"{message.type}: {message.text}")
+
+    context.on("console", on_console)
     try:
         yield context
     finally:
@@ -206,6 +236,7 @@ def browser_context(
         if report is not None and report.failed:
             save_artifacts(request.node.name, context)
         context.close()
+    assert refused == [], "the Content-Security-Policy blocked something:\n" + "\n".join(refused)
 
 
 def save_artifacts(test_name: str, context: Any) -> None:

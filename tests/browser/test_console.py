@@ -87,7 +87,7 @@ def test_operator_approves_and_watches_the_run_finish_live(
     run_page = browser_context.new_page()
     run_page.goto(f"/console/runs/{run.id}/")
     run_page.wait_for_function(
-        "window.openrathLive && window.openrathLive.transport === 'websocket'"
+        "() => window.openrathLive && window.openrathLive.transport === 'websocket'"
     )
     assert run_page.inner_text("#run-status") == "waiting"
     assert run_page.get_attribute('#plan-graph g.node[data-node="review"]', "class") == (
@@ -111,7 +111,7 @@ def test_operator_approves_and_watches_the_run_finish_live(
 
     # Without a reload, the run page follows the run to the end.
     run_page.wait_for_function(
-        "document.getElementById('run-status').dataset.status === 'succeeded'", timeout=20_000
+        "() => document.getElementById('run-status').dataset.status === 'succeeded'", timeout=20_000
     )
     assert still_same_page(run_page)
     assert run_page.inner_text("#run-status") == "succeeded"
@@ -143,14 +143,16 @@ def test_without_websockets_the_run_page_polls_the_api(
     log_in(page, username, PASSWORD)
     page.add_init_script("delete window.WebSocket")  # a browser or proxy without WebSockets
     page.goto(f"/console/runs/{run.id}/")
-    page.wait_for_function("window.openrathLive && window.openrathLive.transport === 'polling'")
+    page.wait_for_function(
+        "() => window.openrathLive && window.openrathLive.transport === 'polling'"
+    )
     assert page.inner_text("#live") == "live (polling)"
     mark_page(page)
     interrupt_resolve(
         interrupt=interrupt, decision="approve", response={"note": "polled"}, actor="user:test"
     )
     page.wait_for_function(
-        "document.getElementById('run-status').dataset.status === 'succeeded'", timeout=20_000
+        "() => document.getElementById('run-status').dataset.status === 'succeeded'", timeout=20_000
     )
     assert still_same_page(page)
     assert page.locator("#events li .type").all_inner_texts()[-1] == "run.succeeded"
@@ -166,7 +168,9 @@ def test_session_page_shows_chunks_as_they_are_written(
     )
     log_in(page, username, PASSWORD)
     page.goto(f"/console/sessions/{run.session_id}/")
-    page.wait_for_function("window.openrathLive && window.openrathLive.transport === 'websocket'")
+    page.wait_for_function(
+        "() => window.openrathLive && window.openrathLive.transport === 'websocket'"
+    )
     assert page.locator("#chunks li.chunk").count() == 0
     mark_page(page)
     page.evaluate(
@@ -181,10 +185,10 @@ def test_session_page_shows_chunks_as_they_are_written(
 
     # Let the workflow go: it writes four chunks, about half a second apart.
     interrupt_resolve(interrupt=interrupt, decision="approve", actor="user:test")
-    page.wait_for_function("document.querySelectorAll('#chunks li.chunk').length >= 1")
+    page.wait_for_function("() => document.querySelectorAll('#chunks li.chunk').length >= 1")
     first_seen = page.locator("#chunks li.chunk").count()
     page.wait_for_function(
-        "document.querySelectorAll('#chunks li.chunk').length === 4", timeout=20_000
+        "() => document.querySelectorAll('#chunks li.chunk').length === 4", timeout=20_000
     )
     assert first_seen < 4  # they arrived one by one, not all at once on a reload
     assert still_same_page(page)
@@ -195,7 +199,7 @@ def test_session_page_shows_chunks_as_they_are_written(
     assert page.inner_text("#session-length") == "4"
     # Token deltas showed as a transient typing line, gone with the chunk that followed it.
     assert "narrator is typing: line 1" in page.evaluate("window.__typingSeen")
-    page.wait_for_function("document.querySelectorAll('#typing .typing').length === 0")
+    page.wait_for_function("() => document.querySelectorAll('#typing .typing').length === 0")
 
 
 def _lineage(project: Project) -> list[Session]:
@@ -221,7 +225,9 @@ def test_lineage_graph_renders_the_fork_merge_graph(browser_context, page, acme)
     root, left, right, merged, detached = _lineage(project)
     log_in(page, username, PASSWORD)
     page.goto(f"/console/sessions/{root.id}/lineage/")
-    page.wait_for_function("window.openrathLineage && window.openrathLineage.cy.nodes().length > 0")
+    page.wait_for_function(
+        "() => window.openrathLineage && window.openrathLineage.cy.nodes().length > 0"
+    )
     counts = page.evaluate(
         """() => {
             const cy = window.openrathLineage.cy;
