@@ -8,8 +8,10 @@
 Starts the embedded server (SQLite in a temporary data dir), or with ``--profile production``
 the whole production profile with ``deploy/bin/production-local`` (PostgreSQL with separate
 roles, Redis, SeaweedFS, uvicorn, Celery), unless ``--base-url`` is given,
-mints tokens of several grant sets (everything; read only; nothing useful), and for every
-operation generates requests from the schema (valid and invalid). Checks for each response: no
+mints tokens of several grant sets (everything; read only; nothing useful), sends the hostile
+inputs the schema cannot generate (:data:`HOSTILE`: deep JSON, lone surrogates, 1e999, 2^63
+and 10,000-digit integers, forged artifact references), and for every operation generates
+requests from the schema (valid and invalid). Checks for each response: no
 5xx, the status code is documented, the body matches the documented schema (the error body
 included), and a rejected write changed nothing (row counts of the main tables are the same).
 Only 127.0.0.1 is ever targeted; the run is bounded by ``--examples`` and ``--max-seconds``.
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -158,6 +161,167 @@ def stop_production(local: dict[str, str]) -> None:
     load.drop_database(local["OPENRATH_LOCAL_DB"])
 
 
+# --- Hostile inputs the schema does not generate (issue 14, item 8) ----------------------------
+
+_DEEP = "[" * 1000 + "]" * 1000
+_DEEPER = "[" * 100_000 + "]" * 100_000
+_HUGE_INT = "1" + "0" * 10_000
+_FORGED = (
+    '{"$artifact": {"digest": "' + "ab" * 32 + '", "size": 3, "media_type": "application/json"}}'
+)
+
+
+def _chunk(content: str, usage: str = "", kind: str = "message", role: str = "user") -> str:
+    extra = f', "usage": {usage}' if usage else ""
+    return f'{{"chunks": [{{"role": "{role}", "kind": "{kind}", "content": {content}{extra}}}]}}'
+
+
+def _import(line: str) -> str:
+    header = '{"type": "header", "format": "openrath-django/sessions", "version": 1}'
+    text = json.dumps(header + "\n" + line + "\n")
+    return f'{{"project": "fuzz", "files": [{{"name": "x.jsonl", "content": {text}}}]}}'
+
+
+#: (name, method, path, raw JSON body): each must be a 400 with the error body and change
+#: nothing. ``{session}`` is a session of project ``fuzz``. Raw text, because most of these
+#: cannot be written by a JSON encoder (a lone surrogate, 1e999) or are too deep for one.
+HOSTILE: list[tuple[str, str, str, str | None]] = [
+    ("body nested 1000 deep", "POST", "sessions/", f'{{"project": "fuzz", "metadata": {_DEEP}}}'),
+    (
+        "body nested 100000 deep",
+        "POST",
+        "sessions/",
+        f'{{"project": "fuzz", "metadata": {_DEEPER}}}',
+    ),
+    (
+        "memory metadata 500 deep",
+        "POST",
+        "memory/",
+        '{"project": "fuzz", "text": "a fact", "metadata": {"m": ' + "[" * 500 + "]" * 500 + "}}",
+    ),
+    (
+        "lone surrogate in content",
+        "POST",
+        "sessions/{session}/chunks/",
+        _chunk('{"text": "\\udfff"}'),
+    ),
+    (
+        "lone surrogate in a key",
+        "POST",
+        "sessions/{session}/chunks/",
+        _chunk('{"text": "", "\\udfff": 1}'),
+    ),
+    ("1e999 in content", "POST", "sessions/{session}/chunks/", _chunk('{"text": "", "n": 1e999}')),
+    (
+        "2^63 prompt tokens",
+        "POST",
+        "sessions/{session}/chunks/",
+        _chunk('{"text": ""}', '{"prompt_tokens": 9223372036854775808}'),
+    ),
+    (
+        "cost_usd 1e12",
+        "POST",
+        "sessions/{session}/chunks/",
+        _chunk('{"text": ""}', '{"cost_usd": 1000000000000.0}'),
+    ),
+    (
+        "forged artifact chunk",
+        "POST",
+        "sessions/{session}/chunks/",
+        _chunk('{"digest": "' + "ab" * 32 + '"}', kind="artifact", role="tool"),
+    ),
+    (
+        "token_budget 2^70",
+        "POST",
+        "runs/",
+        '{"workflow": "w", "project": "fuzz", "token_budget": 1180591620717411303424}',
+    ),
+    (
+        "forged artifact state",
+        "POST",
+        "runs/",
+        f'{{"workflow": "w", "project": "fuzz", "state": {{"x": {_FORGED}}}}}',
+    ),
+    ("fork at 2^70", "POST", "sessions/{session}/fork/", '{"at": 1180591620717411303424}'),
+    (
+        "import nested 1000 deep",
+        "POST",
+        "sessions/import/",
+        _import(f'{{"type": "session", "m": {_DEEP}}}'),
+    ),
+    (
+        "import 10000-digit integer",
+        "POST",
+        "sessions/import/",
+        _import(f'{{"type": "session", "n": {_HUGE_INT}}}'),
+    ),
+    ("chunks after 2^63-1", "GET", "sessions/{session}/chunks/?after=9223372036854775807", None),
+    ("chunks after 2^64", "GET", "sessions/{session}/chunks/?after=18446744073709551616", None),
+]
+
+
+def probe_hostile(base: str, token: str, env: dict[str, str] | None) -> list[dict[str, Any]]:
+    """Send every :data:`HOSTILE` request with an all-grants token; the failures found (each
+    must be a 400 with the documented error body, and change no stored row), then check that
+    the session, the session list and the project page still answer."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(method: str, path: str, body: str | None) -> tuple[int, str]:
+        request = urllib.request.Request(  # noqa: S310 - localhost only
+            f"{base}/api/v1/{path}",
+            data=body.encode() if body is not None else None,
+            method=method,
+            headers=headers,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+                return response.status, response.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    status, text = call("POST", "sessions/", '{"project": "fuzz", "user_message": "hostile"}')
+    if status != 201:
+        return [{"operation": "set-up", "status": status, "problem": "no session", "body": text}]
+    session = json.loads(text)["id"]
+    failures: list[dict[str, Any]] = []
+    for name, method, path, body in HOSTILE:
+        before = counts(env) if env is not None else None
+        status, text = call(method, path.format(session=session), body)
+        problem = None
+        try:
+            error = json.loads(text)["error"]
+            shaped = set(error) == {"code", "message", "details"}
+        except (ValueError, KeyError, TypeError):
+            shaped = False
+        if status != 400 or not shaped:
+            problem = f"expected a 400 with the error body, got {status}"
+        elif before is not None and counts(env or {}) != before:
+            problem = "a rejected request changed stored rows"
+        if problem:
+            failures.append(
+                {
+                    "token": "all",
+                    "operation": name,
+                    "status": status,
+                    "problem": problem,
+                    "body": text[:300],
+                }
+            )
+    for path in (f"sessions/{session}/", "sessions/", "projects/fuzz/"):
+        status, text = call("GET", path, None)
+        if status != 200:
+            failures.append(
+                {
+                    "token": "all",
+                    "operation": f"GET {path} afterwards",
+                    "status": status,
+                    "problem": "not readable",
+                    "body": text[:300],
+                }
+            )
+    return failures
+
+
 def fuzz(
     base: str, tokens: dict[str, str], examples: int, max_seconds: float, env: dict[str, str] | None
 ) -> dict[str, Any]:
@@ -222,6 +386,10 @@ def fuzz(
 
         return run
 
+    if "all" in tokens:
+        hostile = probe_hostile(base, tokens["all"], env)
+        failures.extend(hostile)
+        tried += len(HOSTILE)
     for name, token in tokens.items():
         for result in schema.get_all_operations():
             operation = result.ok()

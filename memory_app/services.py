@@ -29,9 +29,10 @@ from memory_app.models import (
 )
 from memory_app.selectors import MAX_RECALL_K, RecallHit, recall
 from openrath_project.errors import PayloadTooLarge, ValidationFailed
+from openrath_project.jsonlimits import json_problem, string_problem
 from openrath_project.tenancy.models import Project
 from sessions_app import context
-from sessions_app.chunk_rules import TRUST_LABELS
+from sessions_app.chunk_rules import MAX_SEQ, TRUST_LABELS
 from sessions_app.models import Chunk, Session
 from sessions_app.providers.base import Provider
 from sessions_app.selectors import chunk_all
@@ -68,6 +69,8 @@ def _check_text(text: object) -> str:
         raise _invalid("text", "must not be empty")
     if "\x00" in cleaned:  # PostgreSQL text cannot hold NUL
         raise _invalid("text", "must not contain NUL characters")
+    if (problem := string_problem(cleaned)) is not None:  # an unpaired surrogate
+        raise _invalid("text", problem)
     if len(cleaned) > MAX_TEXT_CHARS:
         raise PayloadTooLarge(
             f"text has {len(cleaned)} characters; the limit is {MAX_TEXT_CHARS}",
@@ -81,12 +84,15 @@ def _check_metadata(metadata: object) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, dict):
         raise _invalid("metadata", "must be a JSON object")
+    # Depth, 64-bit integers, finite numbers, no NUL (PostgreSQL jsonb cannot hold it) and no
+    # unpaired surrogate: walked without recursion, before anything encodes the value.
+    problem = json_problem(metadata, root="metadata")
+    if problem is not None:
+        raise _invalid("metadata", problem.text())
     try:
         serialised = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise _invalid("metadata", "must be JSON-serialisable") from exc
-    if _has_nul(metadata):  # PostgreSQL jsonb cannot hold NUL
-        raise _invalid("metadata", "must not contain NUL characters")
     size = len(serialised.encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         raise PayloadTooLarge(
@@ -94,16 +100,6 @@ def _check_metadata(metadata: object) -> dict[str, Any]:
             details={"metadata": [f"at most {MAX_METADATA_BYTES} bytes as JSON"]},
         )
     return metadata
-
-
-def _has_nul(value: object) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 def _check_place(*, project: Project, scope: str, agent: str, session: Session | None) -> None:
@@ -155,6 +151,8 @@ def memory_remember(
             raise _invalid("source_seq", "needs source_session")
         if isinstance(source_seq, bool) or not isinstance(source_seq, int) or source_seq < 0:
             raise _invalid("source_seq", "must be a non-negative integer")
+        if source_seq > MAX_SEQ:  # a chunk position: what the integer column holds
+            raise _invalid("source_seq", f"must be at most {MAX_SEQ}")
     frequencies, term_count = bm25.term_frequencies(cleaned)
     entry = MemoryEntry(
         tenant_id=project.tenant_id,
@@ -249,6 +247,7 @@ def memory_recall(
     if not isinstance(query, str):
         raise _invalid("query", "must be a string")
     return recall(
+        tenant_id=project.tenant_id,
         project_id=project.id,
         query=query,
         k=k,

@@ -17,6 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from openrath_project.jsonlimits import MAX_JSON_DEPTH, JSONRefused, loads
+from sessions_app.chunk_rules import MAX_SEQ, ChunkInvalid, check_session_usage
+
 EXPORT_FORMAT = "openrath-django/sessions"
 EXPORT_VERSION = 1
 V1_SCHEMA_VERSION = 1
@@ -31,8 +34,49 @@ V1_KIND_OPS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The order of a merge's parents (a small integer column).
+MAX_EDGE_POSITION = 32767
+
+
 class FormatError(ValueError):
     """A file that cannot be read; the message names the file and line."""
+
+
+class _TornLine(ValueError):
+    """A line that is not JSON (possibly cut short by a crash mid-write)."""
+
+
+def _load_line(name: str, lineno: int, line: str) -> Any:
+    """One line as JSON, within the domain every JSON input has (``jsonlimits``: at most
+    ``MAX_JSON_DEPTH`` levels, 64-bit integers, finite numbers, storable text)."""
+    try:
+        return loads(line, max_depth=MAX_JSON_DEPTH)
+    except JSONRefused as exc:
+        raise FormatError(f"{name}:{lineno}: {exc.problem.text()}") from None
+    except json.JSONDecodeError as exc:
+        raise _TornLine(f"{name}:{lineno}: invalid JSON (col {exc.colno}): {exc.msg}") from None
+    except ValueError as exc:  # NaN/Infinity, an integer of more than 4300 digits
+        raise FormatError(f"{name}:{lineno}: invalid JSON: {exc}") from None
+
+
+def _check_position(
+    name: str, lineno: int, record: dict[str, Any], key: str, maximum: int = MAX_SEQ
+) -> None:
+    """A position or length of a record (``seq``, ``base_len``, ...): absent, null or an
+    integer 0..maximum (what its column holds)."""
+    value = record.get(key)
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
+        raise FormatError(f"{name}:{lineno}: {key} must be an integer between 0 and {maximum}")
+
+
+def _check_usage(name: str, lineno: int, usage: Any, where: str) -> None:
+    try:
+        check_session_usage(usage)
+    except ChunkInvalid as exc:  # exc.field is "usage.<key>"
+        field = exc.field.removeprefix("usage.") if where else exc.field
+        raise FormatError(f"{name}:{lineno}: {where}{field} {exc.message}") from None
 
 
 def detect_format(name: str, text: str) -> str:
@@ -41,9 +85,9 @@ def detect_format(name: str, text: str) -> str:
         if not line.strip():
             continue
         try:
-            first = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{name}:{lineno}: invalid JSON: {exc.msg}") from exc
+            first = _load_line(name, lineno, line)
+        except _TornLine as exc:
+            raise FormatError(str(exc)) from None
         if not isinstance(first, dict):
             raise FormatError(f"{name}:{lineno}: a record must be a JSON object")
         if first.get("type") == "header" and first.get("format") == EXPORT_FORMAT:
@@ -68,18 +112,12 @@ def _complete_lines(name: str, text: str) -> list[tuple[int, dict[str, Any]]]:
         is_last = index == len(lines) - 1
         if not line.strip():
             continue
-        if is_last and torn_tail:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+        try:
+            record = _load_line(name, lineno, line)
+        except _TornLine as exc:
+            if is_last and torn_tail:
                 continue  # torn by a crash mid-write
-        else:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FormatError(
-                    f"{name}:{lineno}: invalid JSON (col {exc.colno}): {exc.msg}"
-                ) from exc
+            raise FormatError(str(exc)) from None
         if not isinstance(record, dict):
             raise FormatError(f"{name}:{lineno}: a record must be a JSON object")
         records.append((lineno, record))
@@ -134,6 +172,7 @@ def parse_v1_session(name: str, text: str) -> V1Session:
                 raise FormatError(f"{name}:{lineno}: chunk payload must be a JSON object")
             rows.append({"kind": record["kind"], "payload": record["payload"]})
         elif kind == "trailer":
+            _check_usage(name, lineno, record.get("cumulative_usage"), "cumulative_usage.")
             trailer = record
         else:
             raise FormatError(f"{name}:{lineno}: unknown record_type={kind!r}")
@@ -145,11 +184,13 @@ def parse_v1_session(name: str, text: str) -> V1Session:
 
 
 def _maybe_json(text: Any) -> Any:
+    """A v1 tool call's arguments (or output) parsed when they are JSON in the domain, else
+    the text as it is."""
     if not isinstance(text, str):
         return text
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, ValueError):
+        return loads(text)
+    except ValueError:  # not JSON, or outside the domain (JSONRefused): keep the text
         return text
 
 
@@ -210,6 +251,7 @@ def parse_v1_lineage(name: str, text: str) -> list[dict[str, Any]]:
     for lineno, record in _complete_lines(name, text):
         if not isinstance(record.get("id"), str):
             raise FormatError(f"{name}:{lineno}: lineage row without an id")
+        _check_usage(name, lineno, record.get("cumulative_usage"), "cumulative_usage.")
         rows.append(record)
     return rows
 
@@ -242,10 +284,18 @@ def parse_export(name: str, text: str) -> ExportDocument:
         if trailer is not None:
             raise FormatError(f"{name}:{lineno}: record after the trailer")
         if kind == "session":
+            _check_position(name, lineno, record, "base_len")
+            _check_position(name, lineno, record, "own_len")
+            _check_usage(name, lineno, record.get("usage"), "")
             document.sessions.append(record)
         elif kind == "edge":
+            _check_position(name, lineno, record, "at")
+            _check_position(name, lineno, record, "position", MAX_EDGE_POSITION)
             document.edges.append(record)
         elif kind == "chunk":
+            if record.get("seq") is None:
+                raise FormatError(f"{name}:{lineno}: a chunk record needs its seq")
+            _check_position(name, lineno, record, "seq")
             document.chunks.append(record)
         elif kind == "trailer":
             trailer = record

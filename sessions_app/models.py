@@ -15,10 +15,18 @@ from django.db.models import F, Q
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
-from sessions_app.chunk_rules import KINDS, ROLES, TRUST_LABELS
+from sessions_app.chunk_rules import (
+    KINDS,
+    MAX_SESSION_COST_USD,
+    MAX_SESSION_TOKENS,
+    ROLES,
+    TRUST_LABELS,
+)
 
 SESSION_OPS = ("create", "fork", "merge", "detach", "compress", "import")
 EDGE_OPS = ("fork", "merge", "detach", "compress", "import")
+#: The constraint that keeps a session's usage totals in their domain.
+USAGE_CONSTRAINT = "session_usage_within_domain"
 
 
 class Session(models.Model):
@@ -78,6 +86,17 @@ class Session(models.Model):
                 & Q(usage_completion_tokens__gte=0)
                 & Q(usage_total_tokens__gte=0),
                 name="session_usage_non_negative",
+            ),
+            # Far below what the columns hold, so an append that would pass it fails here
+            # (a 400 naming usage) instead of overflowing a column, and every sum of the
+            # totals is readable on both engines (docs/api.md, "Numbers and their domains").
+            models.CheckConstraint(
+                condition=Q(usage_prompt_tokens__lte=MAX_SESSION_TOKENS)
+                & Q(usage_completion_tokens__lte=MAX_SESSION_TOKENS)
+                & Q(usage_total_tokens__lte=MAX_SESSION_TOKENS)
+                & Q(usage_cost_usd__gte=0)
+                & Q(usage_cost_usd__lte=MAX_SESSION_COST_USD),
+                name=USAGE_CONSTRAINT,
             ),
         ]
 

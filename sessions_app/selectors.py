@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, FloatField, OuterRef, Prefetch, Q, QuerySet, Sum
 
 from openrath_project.errors import NotFound
 from openrath_project.tenancy.models import Project
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid
+from sessions_app.chunk_rules import MAX_SEQ
 from sessions_app.models import Chunk, LineageEdge, Session
 from sessions_app.segments import ChainLink
 
@@ -42,6 +43,17 @@ def with_parents(queryset: QuerySet[Session]) -> QuerySet[Session]:
             queryset=LineageEdge.objects.order_by("position", "id"),
             to_attr="prefetched_parent_edges",
         )
+    )
+
+
+def session_parent_ids(session_id: uuid.UUID) -> tuple[uuid.UUID, ...]:
+    """A session's lineage parents in order (a ``detach`` edge records a source, not a parent).
+    Edges are written once with their child, so the answer never changes."""
+    return tuple(
+        LineageEdge.objects.filter(child_id=session_id)
+        .exclude(op="detach")
+        .order_by("position", "id")
+        .values_list("parent_id", flat=True)
     )
 
 
@@ -114,7 +126,11 @@ def chunk_page(
     """  # noqa: S608 - table names come from model metadata, values are parameters
     # Logical positions are contiguous, so the page is exactly (after, after + limit]: every
     # segment's index range scan reads only rows of the page, whatever the list's length.
-    params: list[Any] = [upto] if upto is not None else []
+    # No position passes MAX_SEQ, so clamping changes no page; it keeps every parameter in
+    # SQLite's 64-bit INTEGER range whoever calls (the console passes ?after= through).
+    after = max(-MAX_SEQ - 1, min(after, MAX_SEQ))
+    limit = min(limit, MAX_SEQ)
+    params: list[Any] = [min(upto, MAX_SEQ)] if upto is not None else []
     params += [db_uuid(session_id), after, after + limit, limit]
     return list(Chunk.objects.raw(sql, params))
 
@@ -209,32 +225,52 @@ def lineage_page(
 # --- Usage --------------------------------------------------------------------------------------
 
 
+#: The token sums are taken in two parts, ``x // 10**9`` and ``x % 10**9``: SQLite's SUM of
+#: integers raises "integer overflow" past 2^63 (the project page was a permanent 503), and the
+#: parts cannot overflow for any number of sessions a database can hold.
+_SPLIT = 10**9
+
+
 def project_usage(project: Project) -> dict[str, int | float]:
     """Everything the project's sessions spent (each chunk counted once: forks share, merges
-    copy without spending)."""
-    totals = Session.objects.filter(project=project).aggregate(
-        prompt_tokens=Sum("usage_prompt_tokens"),
-        completion_tokens=Sum("usage_completion_tokens"),
-        total_tokens=Sum("usage_total_tokens"),
-        cost_usd=Sum("usage_cost_usd"),
-        sessions=Count("id"),
-    )
-    return {
-        "prompt_tokens": int(totals["prompt_tokens"] or 0),
-        "completion_tokens": int(totals["completion_tokens"] or 0),
-        "total_tokens": int(totals["total_tokens"] or 0),
-        "cost_usd": float(totals["cost_usd"] or 0),
-        "sessions": int(totals["sessions"] or 0),
+    copy without spending). Exact on both engines, whatever the totals."""
+    sums: dict[str, Any] = {"sessions": Count("id")}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        column = F(f"usage_{key}")
+        sums[f"{key}_high"] = Sum(column / _SPLIT)
+        sums[f"{key}_low"] = Sum(column % _SPLIT)
+    # As a float: SQLite's decimal converter refuses sums beyond the column's 20 digits.
+    sums["cost_usd"] = Sum("usage_cost_usd", output_field=FloatField())
+    totals = Session.objects.filter(project=project).aggregate(**sums)
+    usage: dict[str, int | float] = {
+        key: int(totals[f"{key}_high"] or 0) * _SPLIT + int(totals[f"{key}_low"] or 0)
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens")
     }
+    usage["cost_usd"] = float(totals["cost_usd"] or 0)
+    usage["sessions"] = int(totals["sessions"] or 0)
+    return usage
 
 
 def chunk_artifact(session: Session, digest: str) -> dict[str, Any] | None:
     """The reference to artifact ``digest`` in one of the session's chunks (an ``artifact``
-    chunk, or a ``tool_result`` whose whole output was kept), or ``None``."""
+    chunk, or a ``tool_result`` whose whole output was kept), or ``None``.
+
+    Only references the product recorded count: clients cannot write them (the API refuses
+    them, ``chunk_rules.check_client_chunk``), and chunks an import brought in are history
+    whose artifacts were not imported, so a digest copied into an import file reads nothing.
+    """
+    found: list[tuple[uuid.UUID, dict[str, Any]]] = []
     for chunk in chunk_all(session.id, upto=session.length):
         if chunk.kind not in ("artifact", "tool_result") or not isinstance(chunk.content, dict):
             continue
         ref = chunk.content if chunk.kind == "artifact" else chunk.content.get("artifact")
         if isinstance(ref, dict) and ref.get("digest") == digest:
-            return ref
-    return None
+            found.append((chunk.session_id, ref))
+    if not found:
+        return None
+    imported = set(
+        Session.objects.filter(id__in={stored_in for stored_in, _ in found})
+        .filter(provenance__has_key="format")
+        .values_list("id", flat=True)
+    )
+    return next((ref for stored_in, ref in found if stored_in not in imported), None)

@@ -1,33 +1,35 @@
-"""The API's JSON parser: DRF's, refusing strings PostgreSQL cannot store."""
+"""The API's JSON parser: every request body is parsed and checked by
+:mod:`openrath_project.jsonlimits` (depth, 64-bit integers, finite numbers, no NUL or unpaired
+surrogate), never by a bare ``json.load`` whose result could fail later as a 500."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.exceptions import ValidationError
+from django.conf import settings
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 
-from openrath_project.jsontext import NUL, nul_path
+from openrath_project.jsonlimits import MAX_JSON_DEPTH, JSONRefused, loads
 
 
 class StrictJSONParser(JSONParser):
-    """A NUL character (``\\u0000``) anywhere in the body is a 400 ``invalid`` whose details name
-    the top-level field (the message gives the whole path), on every profile: SQLite would
-    store it, PostgreSQL refuses the row."""
+    """A body outside the JSON domain is a 400 ``invalid`` whose details name the top-level
+    field (the message gives the path), on every profile: a NUL (``\\u0000``) SQLite would
+    store and PostgreSQL refuses, an unpaired surrogate (``\\udfff``) nothing can encode, a
+    number that is not finite (``1e999``) or an integer outside the signed 64-bit range, or
+    more than ``MAX_JSON_DEPTH`` (100) levels of nesting. Text that is not JSON (also ``NaN``,
+    ``Infinity`` and integers of more than 4300 digits) is a 400 ``malformed_request``."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        data = super().parse(stream, media_type, parser_context)
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if NUL in key:
-                    raise _refused("non_field_errors", "$ (a key)")
-                where = nul_path(value, f"$.{key}")
-                if where is not None:
-                    raise _refused(key, where)
-        elif (where := nul_path(data)) is not None:
-            raise _refused("non_field_errors", where)
-        return data
-
-
-def _refused(field: str, where: str) -> ValidationError:
-    return ValidationError({field: [f"must not contain the NUL character \\u0000 (at {where})"]})
+        context = parser_context or {}
+        encoding = context.get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = stream.read().decode(encoding)
+            return loads(text, max_depth=MAX_JSON_DEPTH)
+        except JSONRefused as exc:
+            problem = exc.problem
+            field = problem.field if problem.field is not None else "non_field_errors"
+            raise ValidationError({field: [problem.text()]}) from None
+        except ValueError as exc:  # not JSON (UnicodeDecodeError is a ValueError too)
+            raise ParseError(f"JSON parse error - {exc}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
@@ -16,7 +17,9 @@ from runs_app.models import (
     Run,
     RunEvent,
 )
+from runs_app.state_delta import StateInvalid, check_json_state
 from runs_app.transitions import STATUSES
+from sessions_app.chunk_rules import MAX_SEQ, MAX_SESSION_COST_USD, MAX_SESSION_TOKENS
 
 
 class RunOut(serializers.ModelSerializer):
@@ -77,11 +80,29 @@ class RunCreateIn(StrictInputSerializer):
     )
     user_message = serializers.CharField(required=False, max_length=200_000)
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
-    deadline = serializers.DateTimeField(required=False)
-    token_budget = serializers.IntegerField(required=False, min_value=1)
-    cost_budget_usd = serializers.DecimalField(
-        required=False, max_digits=20, decimal_places=8, min_value=0
+    deadline = serializers.DateTimeField(
+        required=False,
+        help_text="An ISO 8601 instant in the future (at most 9999-12-31T23:59:59Z).",
     )
+    token_budget = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_SESSION_TOKENS,
+        help_text="Most tokens the run may spend (1 to a session's most).",
+    )
+    cost_budget_usd = serializers.DecimalField(
+        required=False,
+        max_digits=20,
+        decimal_places=8,
+        min_value=Decimal(0),
+        max_value=Decimal(MAX_SESSION_COST_USD),
+    )
+
+    def validate_state(self, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return check_json_state(value)
+        except StateInvalid as exc:
+            raise serializers.ValidationError(exc.details["state"]) from exc
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "session" in attrs and "user_message" in attrs:
@@ -133,7 +154,7 @@ class ResumeIn(StrictInputSerializer):
 
 
 class EventQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, default=0)
+    after = serializers.IntegerField(min_value=0, max_value=MAX_SEQ, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
 

@@ -8,7 +8,17 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
-from sessions_app.chunk_rules import KINDS, ROLES, TRUST_LABELS
+from openrath_project.jsonlimits import MAX_VALUE_DEPTH, json_problem
+from sessions_app.chunk_rules import (
+    KINDS,
+    MAX_CHUNK_COST_USD,
+    MAX_CHUNK_TOKENS,
+    MAX_SEQ,
+    ROLES,
+    TRUST_LABELS,
+    ChunkInvalid,
+    check_client_chunk,
+)
 from sessions_app.models import Chunk, Session
 from sessions_app.selectors import LINEAGE_DIRECTIONS
 from sessions_app.services import MAX_CHUNKS_PER_APPEND, MERGE_STRATEGIES
@@ -105,12 +115,32 @@ class ChunkIn(StrictInputSerializer):
     kind = serializers.ChoiceField(choices=KINDS, default="message")
     content = serializers.DictField(
         help_text="By kind: message {text}; tool_call {id, name, arguments}; tool_result "
-        "{tool_call_id, name, output, error?}; summary {text}; event {...}; artifact {digest}."
+        "{tool_call_id, name, output, error?}; summary {text}; event {...}. Artifact "
+        "references (kind artifact, a tool result's artifact) are recorded by the product only."
     )
     agent = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     tool_call_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
     trust = serializers.ChoiceField(choices=TRUST_LABELS, required=False)
-    usage = serializers.JSONField(required=False, allow_null=True)
+    usage = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="prompt_tokens, completion_tokens, total_tokens: integers "
+        f"0..{MAX_CHUNK_TOKENS}; cost_usd: a number 0..{MAX_CHUNK_COST_USD}.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            check_client_chunk(attrs.get("kind", "message"), attrs.get("content"))
+        except ChunkInvalid as exc:
+            raise serializers.ValidationError({exc.field: [exc.message]}) from exc
+        return attrs
+
+
+def _checked_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    problem = json_problem(value, root="metadata", max_depth=MAX_VALUE_DEPTH)
+    if problem is not None:
+        raise serializers.ValidationError(problem.text())
+    return value
 
 
 class SessionCreateIn(StrictInputSerializer):
@@ -119,6 +149,9 @@ class SessionCreateIn(StrictInputSerializer):
     user_message = serializers.CharField(required=False, max_length=200_000)
     chunks = ChunkIn(many=True, required=False, max_length=MAX_CHUNKS_PER_APPEND)  # type: ignore[call-arg]
     metadata = serializers.DictField(required=False, default=dict)
+
+    def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
+        return _checked_metadata(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "user_message" in attrs and "chunks" in attrs:
@@ -135,7 +168,10 @@ class ChunksAppendIn(StrictInputSerializer):
 class ForkIn(StrictInputSerializer):
     title = serializers.CharField(max_length=300, required=False)
     at = serializers.IntegerField(
-        required=False, min_value=0, help_text="Fork at this length (default: the current length)."
+        required=False,
+        min_value=0,
+        max_value=MAX_SEQ,
+        help_text="Fork at this length (default: the current length).",
     )
 
 
@@ -174,8 +210,10 @@ class LineageQuery(serializers.Serializer):
 
 
 class ChunkPageQuery(serializers.Serializer):
-    after = serializers.IntegerField(min_value=-1, default=-1)
-    limit = serializers.IntegerField(min_value=1, default=100)
+    after = serializers.IntegerField(min_value=-1, max_value=MAX_SEQ, default=-1)
+    limit = serializers.IntegerField(
+        min_value=1, default=100
+    )  # the view: <= OPENRATH_MAX_PAGE_SIZE
 
 
 class ImportFileIn(StrictInputSerializer):

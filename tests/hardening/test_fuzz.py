@@ -25,6 +25,22 @@ def test_fuzzing_finds_nothing():
     assert {200, 201, 400, 403, 404} <= set(result["statuses"])
 
 
+def test_hostile_inputs_are_400s_that_change_nothing():
+    """The inputs of issue 14, item 8 the schema cannot generate (deep JSON in a body, an
+    import and memory metadata, lone surrogates, 1e999, 2^63 token counts, a 2^70 budget, a
+    10,000-digit integer, ``after`` past 2^63, forged artifact references), against a real
+    embedded server (SQLite): each is a 400 with the error body and changes no row, and the
+    session, the list and the project page answer afterwards. ``fuzz`` runs them too."""
+    server, base, tokens, env = fuzz.start_server(tempfile.mkdtemp(prefix="openrath-hostile-"))
+    try:
+        failures = fuzz.probe_hostile(base, tokens["all"], env)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert failures == []
+    assert len(fuzz.HOSTILE) == 16
+
+
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_fuzzing_the_production_profile_finds_nothing(tmp_path):

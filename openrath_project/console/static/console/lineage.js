@@ -18,16 +18,18 @@
     "import": { color: "#1f7a3d", style: "dashed", width: 2 }
   };
   var sessionUrl = container.getAttribute("data-session-url");
-  var agents = {};
+  // A Map, not a plain object: agent names are data, and "__proto__" or "constructor" would
+  // otherwise read and write the object's prototype instead of an entry.
+  var agents = new Map();
   var pending = [];  // edges whose parent is not loaded yet
   var next = data.next;
 
   function agentColor(agent) {
-    if (!(agent in agents)) {
-      agents[agent] = PALETTE[Object.keys(agents).length % PALETTE.length];
+    if (!agents.has(agent)) {
+      agents.set(agent, PALETTE[agents.size % PALETTE.length]);
       renderAgentLegend();
     }
-    return agents[agent];
+    return agents.get(agent);
   }
 
   function label(node) {
@@ -104,13 +106,13 @@
     var legend = document.getElementById("legend-agents");
     legend.textContent = "";
     legend.appendChild(document.createTextNode("Agents: "));
-    Object.keys(agents).sort().forEach(function (agent) {
+    Array.from(agents.keys()).sort().forEach(function (agent) {
       var item = document.createElement("span");
       item.className = "legend-agent";
       item.setAttribute("data-agent", agent);
       var swatch = document.createElement("span");
       swatch.className = "swatch";
-      swatch.style.background = agents[agent];
+      swatch.style.background = agents.get(agent);
       item.appendChild(swatch);
       item.appendChild(document.createTextNode(agent));
       legend.appendChild(item);
