@@ -77,6 +77,38 @@ def test_errors_are_readable(tenant, args, message):
         call_command(*args)
 
 
+@pytest.mark.parametrize(
+    "grant_args",
+    [
+        ("runs:read", "runs:write", "memory:read"),
+        ("runs:read,runs:write,memory:read",),
+        ("runs:read,", "runs:write", " memory:read , runs:read"),
+    ],
+    ids=["spaces", "commas", "mixed"],
+)
+def test_grants_may_be_space_or_comma_separated(tenant, capsys, grant_args):
+    out = _run(capsys, "create_token", "acme", "--grants", *grant_args, "--name", "ci")
+    token = token_authenticate(out[-1])
+    assert token.grants == ["memory:read", "runs:read", "runs:write"]
+    assert "grants: memory:read, runs:read, runs:write;" in out[0]
+
+
+def test_unknown_space_separated_grant_is_refused_and_mints_nothing(tenant):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("create_token", "acme", "--grants", "runs:read", "runs:fly", "sessions:swim")
+    assert str(excinfo.value).startswith("unknown grant(s): runs:fly, sessions:swim; known grants:")
+    assert not ApiToken.objects.exists()
+    assert not AuditEvent.objects.filter(action="token.create").exists()
+
+
+def test_grants_need_at_least_one_name(tenant):
+    with pytest.raises(CommandError, match="a token needs at least one grant"):
+        call_command("create_token", "acme", "--grants", ",", " ")
+    with pytest.raises(CommandError, match="expected at least one argument"):
+        call_command("create_token", "acme", "--grants")
+    assert not ApiToken.objects.exists()
+
+
 def test_duplicate_tenant_and_member(tenant, monkeypatch):
     with pytest.raises(CommandError, match="already exists"):
         call_command("create_tenant", "acme")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,15 +16,32 @@ from openrath_project.tenancy.management.cli import (
 )
 
 
+def split_grants(values: Sequence[str] | str) -> list[str]:
+    """The grant names of ``--grants``: each value may itself be a comma-separated list."""
+    if isinstance(values, str):  # call_command(..., grants="a,b") passes the bare string
+        values = [values]
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
 class Command(BaseCommand):
     help = (
         "Mint an API token for a tenant. The token is printed once, alone on the last line; "
-        f"only its hash is stored. Grants: {', '.join(GRANTS)} (or '*')."
+        f"only its hash is stored. Grants: {', '.join(GRANTS)} (or '*'), separated by "
+        "spaces or commas: --grants runs:read runs:write, or --grants runs:read,runs:write."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("tenant")
-        parser.add_argument("--grants", required=True, help="comma-separated grant names")
+        parser.add_argument(
+            "--grants",
+            required=True,
+            nargs="+",
+            metavar="GRANT",
+            help=(
+                "grant names, space- and/or comma-separated (e.g. runs:read runs:write); "
+                "'*' means every grant. Give the tenant before --grants."
+            ),
+        )
         parser.add_argument(
             "--project",
             action="append",
@@ -43,7 +61,7 @@ class Command(BaseCommand):
             services.token_create,
             tenant=tenant,
             name=options["name"],
-            grants=options["grants"].split(","),
+            grants=split_grants(options["grants"]),
             projects=projects,
             expires_in=timedelta(seconds=expires_in) if expires_in else None,
         )
