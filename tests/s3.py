@@ -194,7 +194,7 @@ PORT_NAMES = (
 
 
 def start_seaweed(
-    tmp_dir: Path, *, bucket: str = "openrath-test", timeout: float = 90.0
+    tmp_dir: Path, *, bucket: str = "openrath-test", timeout: float = 180.0
 ) -> SeaweedS3:
     """Start SeaweedFS under ``tmp_dir``, create ``bucket``, return when an object round-trips."""
     binary = require_weed()

@@ -1,5 +1,10 @@
 """Workflows the drills run in real worker processes. Each step writes what it does to a file
-(one line per event, appended atomically), so executions can be counted across processes."""
+(one line per event, appended atomically), so executions can be counted across processes.
+
+A drill that must catch a worker in the middle of a step (or an effect) holds it there: the step
+waits until the drill creates ``<log>.release``, so no machine is too slow (or too fast) for the
+drill to act while it runs. Attempts after the release pass straight through.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,29 @@ def mark(state: dict, text: str) -> None:
         handle.write(f"{text} {os.getpid()}\n")
 
 
+#: A held step or effect that is never released gives up after this long (a failing drill's
+#: worker process is killed at teardown long before).
+HOLD_LIMIT_SECONDS = 600
+
+
+def release_path(log: str | os.PathLike[str]) -> str:
+    return f"{os.fspath(log)}.release"
+
+
+def release(log: str | os.PathLike[str]) -> None:
+    """Let the held steps and effects of the runs logging to ``log`` go on."""
+    open(release_path(log), "w").close()  # noqa: SIM115
+
+
+def _hold(log: str) -> None:
+    deadline = time.monotonic() + HOLD_LIMIT_SECONDS
+    while not os.path.exists(release_path(log)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _work(state: dict, step: str) -> None:
+    if state.get("hold_step") == step:
+        _hold(state["log"])
     if state.get("slow_step") == step:
         deadline = time.monotonic() + float(state.get("slow_seconds", 10))
         while time.monotonic() < deadline:
@@ -60,10 +87,15 @@ class DrillSteps(flow.Workflow):
         return self._step(state, ctx, "s5")
 
 
-def slow_publish(log: str, text: str, seconds: float, idempotency_key: str = "") -> dict:
-    """The effect: record that it happened, then take a while (a worker can die meanwhile)."""
+def slow_publish(
+    log: str, text: str, seconds: float, hold: bool = False, idempotency_key: str = ""
+) -> dict:
+    """The effect: record that it happened, then take a while or (``hold``) wait for the
+    release (a worker can die meanwhile)."""
     with open(log, "a") as handle:
         handle.write(f"effect:{text} {idempotency_key[:12]} {os.getpid()}\n")
+    if hold:
+        _hold(log)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -82,6 +114,7 @@ class DrillEffect(flow.Workflow):
             state["log"],
             state["text"],
             float(state.get("effect_seconds", 0)),
+            bool(state.get("hold_effect", False)),
             idempotent=state.get("idempotent", False),
         )
         mark(state, "end:publish")
@@ -89,14 +122,15 @@ class DrillEffect(flow.Workflow):
 
 
 class Stubborn(flow.Workflow):
-    """A step that swallows the soft stop: only the hard backstop ends it."""
+    """A step that swallows the soft stop: only the hard backstop ends it (its own end, after
+    ``HOLD_LIMIT_SECONDS``, is far beyond any drill's wait)."""
 
     name = "drill_stubborn"
 
     @flow.step(entry=True, effects="none", timeout_seconds=1)
     def spin(self, state, ctx):
         mark(state, "start:spin")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HOLD_LIMIT_SECONDS
         while time.monotonic() < deadline:
             try:
                 while time.monotonic() < deadline:

@@ -75,7 +75,7 @@ def _call(method: str, url: str, token: str, body: dict[str, Any] | None = None)
         data=json.dumps(body).encode() if body is not None else None,
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
         return json.loads(response.read())
 
 
@@ -119,7 +119,7 @@ def test_quickstart_serves_the_demo_run_an_operator_approves(tmp_path):
         )
     try:
         printed = _wait_for(
-            lambda: "demo run" in log.read_text() and log.read_text(), 60, "the quickstart banner"
+            lambda: "demo run" in log.read_text() and log.read_text(), 240, "the quickstart banner"
         )
         fields = {
             line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
@@ -132,7 +132,7 @@ def test_quickstart_serves_the_demo_run_an_operator_approves(tmp_path):
         api = f"http://127.0.0.1:{port}/api/v1"
         pending = _wait_for(
             lambda: _call("GET", f"{api}/interrupts/?state=pending", token)["results"],
-            90,
+            240,
             "the demo's approval",
         )
         (interrupt,) = pending
@@ -154,7 +154,7 @@ def test_quickstart_serves_the_demo_run_an_operator_approves(tmp_path):
                 in ("succeeded", "failed", "cancelled")
                 and r
             ),
-            90,
+            240,
             "the demo run to end",
         )
         assert run["status"] == "succeeded", run

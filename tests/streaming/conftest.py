@@ -22,7 +22,8 @@ from sessions_app.models import Session
 from tests.runs_app.conftest import registry  # noqa: F401 - the runs fixture, reused here
 from tests.sessions_app.conftest import msg
 
-TIMEOUT = 10
+#: The wait for a message that must arrive (generous: a loaded machine delays but never drops it).
+TIMEOUT = 30
 
 
 def bearer(raw: str) -> list[tuple[bytes, bytes]]:

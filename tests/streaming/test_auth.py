@@ -22,7 +22,13 @@ from openrath_project.tenancy.models import ApiToken, AuditEvent
 from openrath_project.tenancy.services import token_revoke
 from runs_app import services as run_services
 from tests.factories import MembershipFactory, UserFactory
-from tests.streaming.conftest import bearer, open_stream, receive_until_ready, refused_with
+from tests.streaming.conftest import (
+    TIMEOUT,
+    bearer,
+    open_stream,
+    receive_until_ready,
+    refused_with,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,10 +211,10 @@ def test_the_http_denial_response_carries_the_status_and_no_object_detail(
             communicator = WebsocketCommunicator(application, path, headers=headers)
             communicator.scope["extensions"] = {"websocket.http.response": {}}
             await communicator.send_input({"type": "websocket.connect"})
-            start = await communicator.receive_output(timeout=10)
-            body = await communicator.receive_output(timeout=10)
+            start = await communicator.receive_output(timeout=TIMEOUT)
+            body = await communicator.receive_output(timeout=TIMEOUT)
             await communicator.send_input({"type": "websocket.disconnect", "code": 1006})
-            await communicator.wait(timeout=10)
+            await communicator.wait(timeout=TIMEOUT)
             results.append((start, body))
         return results
 

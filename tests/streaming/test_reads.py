@@ -23,14 +23,20 @@ from tests.streaming.conftest import (
 
 
 class Fetcher:
-    def __init__(self, *results, delay: float = 0.05) -> None:
+    """Each call takes the next result; with a ``gate`` it answers only once the gate opens."""
+
+    def __init__(self, *results, delay: float = 0.05, gate: asyncio.Event | None = None) -> None:
         self.results = list(results)
         self.calls = 0
         self.delay = delay
+        self.gate = gate
 
     async def __call__(self):
         self.calls += 1
-        await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            await self.gate.wait()
+        else:
+            await asyncio.sleep(self.delay)
         result = self.results.pop(0)
         if isinstance(result, Exception):
             raise result
@@ -77,16 +83,28 @@ def test_a_failed_read_is_not_reused_and_a_departed_reader_does_not_cancel_it():
             ("g", 1), failing, not_before=time.monotonic() + 1, good_enough=lambda r: True
         )
 
-        slow = Fetcher("survives", delay=0.1)
+        # The read answers only when the gate opens, after the leader left: on any machine
+        # speed the follower joins a read in flight and the leader departs before it ends.
+        gate = asyncio.Event()
+        slow = Fetcher("survives", gate=gate)
         asked = time.monotonic()
         leader = asyncio.ensure_future(reads.read(("g", 2), slow, not_before=asked))
         await asyncio.sleep(0.01)
         follower = asyncio.ensure_future(reads.read(("g", 2), slow, not_before=asked))
         await asyncio.sleep(0.01)
         leader.cancel()
-        return retried, failing.calls, await follower, slow.calls
+        await asyncio.sleep(0.01)
+        in_flight = (leader.cancelled(), follower.done(), reads.joined)
+        gate.set()
+        return retried, failing.calls, in_flight, await follower, slow.calls
 
-    assert async_to_sync(scenario)() == ("after the failure", 2, "survives", 1)
+    assert async_to_sync(scenario)() == (
+        "after the failure",
+        2,
+        (True, False, 1),
+        "survives",
+        1,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
