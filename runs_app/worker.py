@@ -6,6 +6,12 @@
   dispatch hints and polling as a fallback.
 * The reconciler runs in every loop every few seconds (it is safe to run anywhere, any number
   of times).
+
+A script and a server may share one data directory: the script's runs belong to the library
+tenant (``openrath_project.library``, ``local`` by default) and the script executes them itself,
+with workflows the server may not have (or has in another version). So the embedded workers,
+which serve the server, skip that tenant's runs (``skip_tenants``); ``run_worker`` and Celery
+claim everything, as before.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import time
 import uuid
 
 from django.db import close_old_connections, connection
+from django.db.models import Q
+from django.utils import timezone
 
 from runs_app import dispatch, services
 from runs_app.executor import Outcome, run_one
@@ -40,8 +48,11 @@ class Worker:
         poll_seconds: float = 0.5,
         reconcile_every: float = 5.0,
         process_mode: bool = False,
+        skip_tenants: tuple[str, ...] = (),
     ) -> None:
         self.name = name or worker_name()
+        #: Tenant slugs whose runs this worker leaves to others (the library tenant).
+        self.skip_tenants = skip_tenants
         self.poll_seconds = poll_seconds
         self.reconcile_every = reconcile_every
         self.process_mode = process_mode
@@ -70,8 +81,33 @@ class Worker:
             logger.exception("reconcile failed")
             close_old_connections()
 
+    def _next_claimable(self) -> uuid.UUID | None:
+        """The run the claim would take, outside the skipped tenants. Only a hint: the claim
+        itself is still the compare-and-set (another worker may take it first: then nothing
+        is claimed this round)."""
+        from runs_app.models import Run
+
+        due = Q(wake_at__isnull=True) | Q(wake_at__lte=timezone.now())
+        return (
+            Run.objects.filter(due, status="queued")
+            .exclude(tenant__slug__in=self.skip_tenants)
+            .order_by("-priority", "created_at")
+            .values_list("id", flat=True)
+            .first()
+        )
+
     def run_once(self) -> Outcome | None:
         try:
+            if self.skip_tenants:
+                candidate = self._next_claimable()
+                if candidate is None:
+                    return None
+                return run_one(
+                    self.name,
+                    registry=workflows(),
+                    run_id=candidate,
+                    process_mode=self.process_mode,
+                )
             return run_one(self.name, registry=workflows(), process_mode=self.process_mode)
         except Exception:
             logger.exception("worker %s failed while executing a run", self.name)
@@ -105,7 +141,10 @@ _embedded_lock = threading.Lock()
 
 
 def start_embedded_workers(count: int) -> list[Worker]:
-    """Start the embedded profile's in-process worker threads (once per process)."""
+    """Start the embedded profile's in-process worker threads (once per process). They do not
+    claim the library tenant's runs: scripts execute those themselves."""
+    from openrath_project.library import library_tenant_slug
+
     with _embedded_lock:
         if _embedded:
             return list(_embedded)
@@ -113,6 +152,7 @@ def start_embedded_workers(count: int) -> list[Worker]:
             worker = Worker(
                 name=f"embedded:{socket.gethostname()}:{os.getpid()}:{index}",
                 reconcile_every=5.0 + index,
+                skip_tenants=(library_tenant_slug(),),
             )
             dispatch.add_local_listener(worker.notify)
             thread = threading.Thread(

@@ -2,21 +2,32 @@
 
 A thin handle on a persisted session: every operation goes through the services, so every
 session an agent touches is stored and traceable. Chunks are read lazily, a page at a time.
+
+OpenRath 2.0's names and semantics are here too (docs/migrating-from-openrath.md):
+``from_agent_prompt``, ``create(kind, text)``, ``chunk_table``, ``parent_session_ids``,
+``lineage_kind`` / ``lineage_operator`` / ``lineage_extras``, ``cumulative_usage``,
+``bind_sandbox`` / ``close_sandbox`` / ``with session:``, and ``a.merge(b)`` (all of ``a``'s
+rows, then all of ``b``'s) next to ``Session.merge(*sessions, strategy=)``. Making a session
+never copies its chunks: a fork or detach is one row and one edge (copy-on-write bases), and
+``a.merge(b)`` stores only ``b``'s chunks on top of ``a``.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, overload
 
 from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.tenancy.models import Project
 from sessions_app import context, selectors, services
 from sessions_app.chunk_rules import ChunkDraft, make_draft
+from sessions_app.chunk_table import ChunkTable, TokenUsage, row_drafts, rows_from_chunks
+from sessions_app.lineage_graph import LineageKind, journal_record
 from sessions_app.models import Chunk, LineageEdge
 from sessions_app.models import Session as SessionRow
 
@@ -25,7 +36,9 @@ PAGE = 200
 
 def resolve_project(project: Any = None) -> Project:
     """A Project from an instance, an id, ``"tenant/project"``, a slug unique across tenants,
-    the write context's project, ``OPENRATH_DEFAULT_PROJECT``, or the only project there is."""
+    the write context's project, ``OPENRATH_DEFAULT_PROJECT``, then: in a script configured by
+    the library the default project ``local/default`` (``openrath_project.library``), in a
+    Django process the only project there is."""
     if isinstance(project, Project):
         return project
     if project is None:
@@ -35,6 +48,10 @@ def resolve_project(project: Any = None) -> Project:
         default = os.environ.get("OPENRATH_DEFAULT_PROJECT")
         if default:
             return resolve_project(default)
+        from openrath_project import library
+
+        if library.is_library_process():
+            return library.default_project()
         only = list(Project.objects.all()[:2])
         if len(only) == 1:
             return only[0]
@@ -179,11 +196,99 @@ def _draft_from(item: Any) -> ChunkDraft:
     )
 
 
-class Session:
-    """A persisted session. Cheap to pass around; reading ``chunks`` queries lazily."""
+#: Our ``op`` -> OpenRath's lineage operator.
+_OPERATORS = {
+    "create": "Session.create",
+    "fork": "Session.fork",
+    "detach": "Session.detach",
+    "merge": "Session.merge",
+    "compress": "Compressor",
+    "import": "import",
+}
+_KINDS = {
+    "fork": LineageKind.OP_FORK,
+    "detach": LineageKind.OP_DETACH,
+    "merge": LineageKind.OP_MERGE,
+    "compress": LineageKind.OP_SESSION_COMPRESS,
+    "import": LineageKind.OP_IMPORT,
+}
+#: ``Session.create(kind, text)``: OpenRath's kinds -> our chunk role.
+CREATE_KINDS = {"user": "user", "system": "system", "empty": None}
 
-    def __init__(self, row: SessionRow) -> None:
+
+def _cumulative(row: SessionRow, depth: int = 0) -> TokenUsage:
+    """What producing ``row`` spent: its own usage, plus (for a merge) its parents' cumulative
+    usage, each parent counted as often as it is merged (OpenRath sums usage on merge). The
+    totals stored on rows count every token once; this sum is computed on read."""
+    own = TokenUsage.of(row.usage)
+    if row.op != "merge" or depth > 64:
+        return own
+    parent_ids = selectors.session_parent_ids(row.id)
+    parents = {p.id: p for p in SessionRow.objects.filter(id__in=parent_ids)}
+    for parent_id in parent_ids:
+        if parent_id in parents:
+            own = own + _cumulative(parents[parent_id], depth + 1)
+    return own
+
+
+class _MergeMethod:
+    """``merge`` on the class is ours, ``Session.merge(*sessions, strategy="concat")``; on an
+    instance it is OpenRath's, ``a.merge(b)`` = ``Session.merge(a, b, strategy="append")``."""
+
+    def __get__(self, instance: Session | None, owner: type[Session]) -> Callable[..., Session]:
+        if instance is None:
+
+            def merge_sessions(
+                *sessions: Session,
+                strategy: str = "concat",
+                title: str | None = None,
+                summarizer: services.Summarizer | None = None,
+            ) -> Session:
+                return owner._merged(
+                    sessions, strategy=strategy, title=title, summarizer=summarizer
+                )
+
+            return merge_sessions
+
+        def merge_into(
+            *others: Session,
+            strategy: str = "append",
+            title: str | None = None,
+            summarizer: services.Summarizer | None = None,
+        ) -> Session:
+            return owner._merged(
+                (instance, *others), strategy=strategy, title=title, summarizer=summarizer
+            )
+
+        return merge_into
+
+
+class Session:
+    """A persisted session. Cheap to pass around; reading ``chunks`` queries lazily.
+
+    ``Session(row)`` wraps a stored row; ``Session(ChunkTable(...))`` (OpenRath's constructor)
+    stores a new session holding those rows."""
+
+    def __init__(self, row: SessionRow | ChunkTable, *, project: Any = None) -> None:
+        if isinstance(row, ChunkTable):
+            row = services.session_create(
+                project=resolve_project(project),
+                chunks=[_draft_from(item) for item in row_drafts(row.rows)],
+            )
         self._row = row
+        self._parent_ids: tuple[uuid.UUID, ...] | None = None
+        self._first_role: str | None = None
+        self._sandbox: Any = None
+        self._sandbox_depth = 0
+        #: A provider bound with ``session.to(provider)`` (in memory only, never stored).
+        self.provider: Any = None
+
+    @classmethod
+    def _made(cls, row: SessionRow) -> Session:
+        """A session an operation just made: noted in the attached lineage journal."""
+        made = cls(row)
+        journal_record(made.id)
+        return made
 
     # --- construction ----------------------------------------------------------------------
 
@@ -209,14 +314,47 @@ class Session:
         return cls(row)
 
     @classmethod
-    def create(
+    def from_agent_prompt(
         cls,
-        chunks: Iterable[Any] = (),
+        prompt: str,
         *,
         project: Any = None,
         title: str = "",
         metadata: dict[str, Any] | None = None,
     ) -> Session:
+        """A new session holding one system message (OpenRath's agent-prompt session)."""
+        return cls.create(
+            [{"role": "system", "content": prompt}],
+            project=project,
+            title=title,
+            metadata=metadata,
+        )
+
+    @classmethod
+    def create(
+        cls,
+        chunks: Iterable[Any] | str = (),
+        text: str = "",
+        *,
+        project: Any = None,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """A new session from chunk dicts (ours), or OpenRath's ``create(kind, text)`` with
+        kind ``"user"`` / ``"system"`` (one message holding ``text``) or ``"empty"``."""
+        if isinstance(chunks, str):
+            if chunks not in CREATE_KINDS:
+                raise ValidationFailed(
+                    f"Session.create: unknown kind {chunks!r}; expected one of "
+                    f"{', '.join(CREATE_KINDS)}",
+                    details={"kind": [f"unknown kind {chunks!r}"]},
+                )
+            role = CREATE_KINDS[chunks]
+            items = [] if role is None else [{"role": role, "content": text}]
+            made = cls.create(items, project=project, title=title, metadata=metadata)
+            if role is not None:
+                journal_record(made.id)
+            return made
         drafts = [_draft_from(c) for c in chunks]
         return cls(
             services.session_create(
@@ -275,6 +413,66 @@ class Session:
     def chunks(self) -> ChunkList:
         return ChunkList(self.id, self.length)
 
+    # --- OpenRath's reads -------------------------------------------------------------------
+
+    @property
+    def chunk_table(self) -> ChunkTable:
+        """The transcript as OpenRath's rows (``ChunkKind`` + payload), read now: an assistant
+        message and its tool calls are one row; events and artifacts are left out."""
+        return ChunkTable(rows=rows_from_chunks(self.chunks))
+
+    @property
+    def cumulative_usage(self) -> TokenUsage | None:
+        """What producing this session spent (``None`` when nothing was): its own chunks'
+        usage, plus its parents' for a merge. A fork starts at nothing, as in OpenRath."""
+        total = _cumulative(self.refresh()._row)
+        return None if total.is_zero else total
+
+    @property
+    def parent_session_ids(self) -> tuple[uuid.UUID, ...]:
+        """The lineage parents, in order (a fork's one, a merge's in merge order; none for a
+        new or detached session)."""
+        if self._parent_ids is None:
+            self._parent_ids = selectors.session_parent_ids(self.id)
+        return self._parent_ids
+
+    @property
+    def lineage_operator(self) -> str:
+        if self._row.op == "fork" and self._row.agent:
+            return "Agent"
+        return _OPERATORS.get(self._row.op, self._row.op)
+
+    @property
+    def lineage_kind(self) -> LineageKind:
+        """``LEAF_USER`` / ``LEAF_SYSTEM`` for a new session starting with a user / system
+        message (``OP_CREATE`` otherwise), ``OP_SESSION_LOOP`` for an agent's output fork, else
+        the operation's kind."""
+        op = self._row.op
+        if op == "create":
+            if self._first_role is None:
+                first = selectors.chunk_page(self.id, after=-1, limit=1, upto=1)
+                self._first_role = first[0].role if first else ""
+            return {"user": LineageKind.LEAF_USER, "system": LineageKind.LEAF_SYSTEM}.get(
+                self._first_role, LineageKind.OP_CREATE
+            )
+        if op == "fork" and self._row.agent:
+            return LineageKind.OP_SESSION_LOOP
+        return _KINDS.get(op, LineageKind.UNKNOWN)
+
+    @property
+    def lineage_extras(self) -> tuple[tuple[str, Any], ...]:
+        metadata = self._row.metadata or {}
+        if self._row.op == "merge" and "strategy" in metadata:
+            return (("strategy", metadata["strategy"]),)
+        if self._row.op == "compress":
+            return (("compression.lossy", True), ("compression.rows_out", self._row.own_len))
+        return ()
+
+    def synchronize(self) -> Session:
+        """OpenRath's wait for a lazily produced transcript: ours is written when the call
+        returns, so this only re-reads the row."""
+        return self.refresh()
+
     def text(self) -> str | None:
         """The text of the last assistant message (OpenRath's ``Session.text()``)."""
         for chunk in reversed(list(self.chunks)):
@@ -322,32 +520,152 @@ class Session:
         return [ChunkView.of(c) for c in stored]
 
     def fork(self, *, title: str | None = None, at: int | None = None) -> Session:
-        return Session(services.session_fork(session=self._row, at=at, title=title))
+        """A child that sees the first ``at`` chunks (all by default): one row and one edge,
+        no chunk copied. Keeps the placement (and an in-memory provider)."""
+        made = Session._made(services.session_fork(session=self._row, at=at, title=title))
+        made.provider = self.provider
+        return made
 
     def detach(self, *, title: str | None = None) -> Session:
-        return Session(services.session_detach(session=self._row, title=title))
+        """A new lineage root with the same chunks (shared storage, no parents)."""
+        made = Session._made(services.session_detach(session=self._row, title=title))
+        made.provider = self.provider
+        return made
+
+    merge = _MergeMethod()
 
     @classmethod
-    def merge(
+    def _merged(
         cls,
-        *sessions: Session,
-        strategy: str = "concat",
-        title: str | None = None,
-        summarizer: services.Summarizer | None = None,
+        sessions: Sequence[Session],
+        *,
+        strategy: str,
+        title: str | None,
+        summarizer: services.Summarizer | None,
     ) -> Session:
-        rows = [s._row for s in sessions]
-        return cls(
-            services.session_merge(
-                sessions=rows, strategy=strategy, title=title, summarizer=summarizer
-            )
+        for item in sessions:
+            if not isinstance(item, Session):
+                raise TypeError(f"merge takes sessions, got {type(item).__name__}")
+        row = services.session_merge(
+            sessions=[s._row for s in sessions],
+            strategy=strategy,
+            title=title,
+            summarizer=summarizer,
         )
+        made = cls._made(row)
+        made.provider = sessions[0].provider
+        return made
 
-    def to(self, backend: str = "local", *, spec: Any = None) -> Session:
-        """Place the session on a sandbox backend (``"local"`` with a workspace path)."""
+    def to(
+        self,
+        backend: Any = "local",
+        *,
+        spec: Any = None,
+        policy: Any = None,
+        provider: Any = None,
+    ) -> Session:
+        """Place the session on a sandbox backend (``"local"``; ``spec=None`` is a workspace of
+        the session's own, a relative path lives under its project's root, an absolute path is
+        that directory) with an optional ``ToolPolicy``. ``to(provider)`` (a provider object,
+        not a string) or ``to(provider=...)`` binds a provider to this value instead, in memory
+        only (OpenRath's session-level provider). Returns the session."""
+        if provider is not None or not isinstance(backend, str):
+            chosen = provider if provider is not None else backend
+            if isinstance(chosen, str):  # a preset of OpenRath's config.json, by name
+                from openrath_project.config.store import ConfigStore
+                from sessions_app.providers import make_provider
+
+                entry = ConfigStore.load().get_llm_provider(chosen)
+                chosen = make_provider(
+                    provider_kind=entry.provider_kind,
+                    model=entry.model,
+                    api_key=entry.api_key,
+                    base_url=entry.base_url,
+                )
+            self.provider = chosen
+            return self
         if isinstance(spec, Path):
             spec = str(spec)
-        services.session_place(session=self._row, backend=backend, spec=spec)
+        self.close_sandbox()
+        services.session_place(session=self._row, backend=backend, spec=spec, policy=policy)
         return self
+
+    # --- the sandbox handle (OpenRath's device semantics) ----------------------------------
+
+    @property
+    def sandbox_backend(self) -> str | None:
+        """The placement's backend name, ``None`` when the session is not placed."""
+        backend = (self._row.placement or {}).get("backend")
+        return str(backend) if backend else None
+
+    @property
+    def sandbox(self) -> Any:
+        """The open sandbox handle, or ``None`` (opened by ``require_sandbox`` or ``with``)."""
+        return self._sandbox
+
+    def require_sandbox(self) -> Any:
+        """The sandbox the placement names, built on first use and kept until
+        ``close_sandbox``; ``NoSandbox`` when the session is not placed."""
+        if self._sandbox is None:
+            from sessions_app.sandbox import sandbox_for
+
+            self._sandbox = sandbox_for(self._row.placement)
+        return self._sandbox
+
+    def bind_sandbox(self, sandbox: Any) -> Session:
+        """Place the session in an existing sandbox's workspace (its backend, directory and
+        policy); ``sandbox`` is a sandbox handle or another session."""
+        if isinstance(sandbox, Session):
+            placement = sandbox.placement
+            if not placement:
+                raise ValidationFailed(
+                    "the session to share a sandbox with is not placed",
+                    details={"sandbox": ["not placed"]},
+                )
+            self.close_sandbox()
+            services.session_place(
+                session=self._row,
+                backend=placement["backend"],
+                spec=placement.get("spec"),
+                policy=placement.get("policy"),
+            )
+            return self
+        root = getattr(sandbox, "root", None)
+        name = getattr(sandbox, "name", None)
+        if not isinstance(root, str) or not isinstance(name, str):
+            raise ValidationFailed(
+                "bind_sandbox takes a sandbox handle (with a name and a workspace root) or a "
+                "placed session",
+                details={"sandbox": [f"unsupported {type(sandbox).__name__}"]},
+            )
+        self.close_sandbox()
+        services.session_place(
+            session=self._row, backend=name, spec=root, policy=getattr(sandbox, "policy", None)
+        )
+        self._sandbox = sandbox
+        return self
+
+    def close_sandbox(self) -> Session:
+        """Drop the open handle (the placement stays: the next use builds a new one). Our
+        sandboxes hold no process or container between tool calls, so nothing else closes."""
+        self._sandbox = None
+        return self
+
+    def __enter__(self) -> Session:
+        if self._sandbox_depth == 0:
+            self.require_sandbox()
+        self._sandbox_depth += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._sandbox_depth -= 1
+        if self._sandbox_depth == 0:
+            self.close_sandbox()
 
     # --- lineage and transfer ----------------------------------------------------------------
 
