@@ -9,7 +9,12 @@ Differences from OpenRath 2.0, on purpose:
 - ``name`` (class attribute) names the workflow for the registry and the API; without it the
   identity is OpenRath's ``"{module}.{qualname}"``;
 - a ``description`` class attribute is kept: ``__init__`` only overrides it when given one;
-- ``named_children()`` keeps assignment order (as ``nn.Module`` does) instead of sorting.
+- ``named_children()`` and ``named_agents()`` keep assignment order (as ``nn.Module`` does)
+  instead of sorting.
+
+``AgentParam`` (OpenRath's: an agent prompt session, a provider and a memory binding) attributes
+are remembered too, so ``compile()`` (``runs_app.static_compile``) can list every provider a
+workflow can reach before it runs.
 
 Pure Python: no Django import.
 """
@@ -17,9 +22,70 @@ Pure Python: no Django import.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-__all__ = ["Workflow", "workflow_name"]
+__all__ = ["AgentParam", "Workflow", "workflow_name"]
+
+
+def _indented(body: str) -> str:
+    return body.replace("\n", "\n  ")
+
+
+@dataclass
+class AgentParam:
+    """OpenRath's ``AgentParam``: what one model-backed component needs — its agent prompt
+    session (``Session.from_agent_prompt(...)``; ``None`` for a ``flow.Agent``, which keeps its
+    prompt as text), its provider, and its memory binding (``None`` when it has none)."""
+
+    agent_session: Any = None
+    provider: Any = None
+    memory: Any = None
+
+    def to(
+        self, target: Any = None, *, provider: str | None = None, model: str | None = None
+    ) -> AgentParam:
+        """Rebind the provider (chainable): ``to(Provider(...))`` or ``to(model="m")`` (a new
+        provider of the same kind with that model). Config presets (``provider="name"``) are
+        read from OpenRath's ``config.json``."""
+        from sessions_app.providers import ProviderFactory, make_provider
+        from sessions_app.providers.openrath_config import load_openrath_config
+
+        if target is not None and provider is not None:
+            raise ValueError("pass either a Provider positionally or provider=, not both")
+        if target is not None:
+            if not isinstance(target, ProviderFactory):
+                raise TypeError(
+                    "AgentParam.to() takes a Provider; use provider='name' for a config preset"
+                )
+            self.provider = target
+        elif provider is not None:
+            entry = load_openrath_config().llm_provider(provider)
+            self.provider = make_provider(
+                provider_kind=entry.provider_kind,
+                model=model or entry.model,
+                api_key=entry.api_key,
+                base_url=entry.base_url,
+                temperature=entry.temperature,
+            )
+            return self
+        if model is not None:
+            kind = getattr(self.provider, "kind", None) or "openai"
+            self.provider = make_provider(kind=kind, model=model)
+        elif target is None:
+            raise ValueError("nothing to bind: pass a Provider, provider=<name>, or model=")
+        return self
+
+    def __repr__(self) -> str:
+        lines = [
+            "AgentParam(",
+            f"  (agent_session): {_indented(repr(self.agent_session))}",
+            f"  (provider): {self.provider!s}",
+        ]
+        if self.memory is not None:
+            lines.append(f"  (memory): {self.memory!r}")
+        lines.append(")")
+        return "\n".join(lines)
 
 
 class Workflow:
@@ -30,10 +96,13 @@ class Workflow:
     workflow_version: str = "1"
 
     _children: dict[str, Workflow]
+    _agents: dict[str, AgentParam]
 
     def __init__(self, description: str | None = None) -> None:
         if "_children" not in self.__dict__:
             object.__setattr__(self, "_children", {})
+        if "_agents" not in self.__dict__:
+            object.__setattr__(self, "_agents", {})
         if description is not None:
             self.description = description
 
@@ -45,17 +114,47 @@ class Workflow:
             object.__setattr__(self, "_children", children)
         return children
 
+    def _agent_registry(self) -> dict[str, AgentParam]:
+        agents: dict[str, AgentParam] | None = self.__dict__.get("_agents")
+        if agents is None:
+            agents = {}
+            object.__setattr__(self, "_agents", agents)
+        return agents
+
     def __setattr__(self, attr: str, value: Any) -> None:
         children = self._child_registry()
+        agents = self._agent_registry()
+        children.pop(attr, None)
+        agents.pop(attr, None)
         if isinstance(value, Workflow):
             children[attr] = value
-        else:
-            children.pop(attr, None)
+        elif isinstance(value, AgentParam):
+            agents[attr] = value
         super().__setattr__(attr, value)
 
     def __delattr__(self, attr: str) -> None:
         self._child_registry().pop(attr, None)
+        self._agent_registry().pop(attr, None)
         super().__delattr__(attr)
+
+    def named_agents(self) -> tuple[tuple[str, AgentParam], ...]:
+        """``(attribute, AgentParam)`` registered directly on this workflow, in assignment
+        order."""
+        return tuple(self._agent_registry().items())
+
+    def compile(self) -> Any:
+        """OpenRath's static pass: a ``CompiledWorkflow`` (callable like this workflow) with the
+        resource manifest of every reachable agent and the dynamic (``Selector``) nodes, and
+        ``validate()``. Runs no model and reads or writes no session."""
+        from runs_app.static_compile import CompiledWorkflow
+
+        return CompiledWorkflow(self)
+
+    def inspect_resources(self) -> Any:
+        """The resource manifest alone (``compile().manifest``)."""
+        from runs_app.static_compile import collect_manifest
+
+        return collect_manifest(self)
 
     def named_children(self) -> tuple[tuple[str, Workflow], ...]:
         """``(attribute, child)`` for every child workflow, in assignment order."""
@@ -90,7 +189,7 @@ class Workflow:
         return workflow_call(self, session)
 
     def __repr__(self) -> str:
-        entries = self.named_children()
+        entries: list[tuple[str, Any]] = [*self.named_agents(), *self.named_children()]
         if not entries:
             return f"{type(self).__name__}()"
         lines = [f"{type(self).__name__}("]

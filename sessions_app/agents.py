@@ -10,6 +10,12 @@ a new output session; ours are persisted logs, and forks are explicit: ``agent(s
 Every chunk (and every session or edge) written during the call is tagged with the agent's
 name through the write context; assistant chunks carry the model call's usage together with the
 model and provider that produced them. See docs/agents.md.
+
+OpenRath 2.0's form works as is: ``Agent(prompt, provider, tools=[...], on_event=cb,
+memory="local", description=...)`` or ``Agent(prompt, model="...")``; an agent is a
+``flow.Workflow`` (it nests and compiles), a context manager, and its loop offers OpenRath's
+built-in tools (``flow.tool.global_system_tools()``) next to the given ones unless
+``system_tools=False``. ``on_event`` receives ``flow.llm.RathLLMStreamDelta`` objects.
 """
 
 from __future__ import annotations
@@ -24,10 +30,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from openrath_project.jsontext import without_nul
+from runs_app.workflow import AgentParam, Workflow
 from sessions_app import context, streaming
-from sessions_app.providers.base import ModelTurn, Provider, ProviderError, ToolCallRequest
+from sessions_app.providers import make_provider
+from sessions_app.providers.base import (
+    EventCallback,
+    ModelTurn,
+    Provider,
+    ProviderError,
+    StreamDelta,
+    ToolCallRequest,
+)
 from sessions_app.tools import (
     BUILTIN_TOOLS,
+    SYSTEM_TOOLS,
     CallCounter,
     FlowToolCall,
     ToolOutcome,
@@ -35,7 +51,8 @@ from sessions_app.tools import (
     dispatch_tool,
     tool,
 )
-from sessions_app.value import Session
+from sessions_app.tools.builtin import ToolNameConflictError
+from sessions_app.value import Session, resolve_project
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +66,13 @@ __all__ = [
 
 #: Scopes an agent may recall memory from (``memory=``).
 MEMORY_SCOPES = ("project", "agent", "session")
+#: OpenRath's name of the built-in memory backend: the project's memory plus the agent's own.
+LOCAL_MEMORY = "local"
+#: (recall scope of the loop, scope ``commit_on_forward`` stores in) per ``memory=`` value.
+_MEMORY_PLACES = {
+    LOCAL_MEMORY: ("agent", "project"),
+    **{scope: (scope, scope) for scope in MEMORY_SCOPES},
+}
 #: Chunk agent tags are at most this long (the column's size).
 MAX_NAME_LENGTH = 200
 UNTRUSTED_PREFIX = "[untrusted content] "
@@ -207,9 +231,11 @@ def _last_user_text(chunks: Sequence[ChunkLike]) -> str:
 # --- Tools -----------------------------------------------------------------------------------
 
 
-def _collect_tools(tools: str | Iterable[ToolSpec], owner: str) -> dict[str, FlowToolCall]:
+def _collect_tools(tools: str | Iterable[ToolSpec] | None, owner: str) -> dict[str, FlowToolCall]:
     items: list[ToolSpec]
-    if isinstance(tools, str):
+    if tools is None:
+        items = []
+    elif isinstance(tools, str):
         items = [tools]
     elif isinstance(tools, FlowToolCall) or not isinstance(tools, Iterable):
         items = [cast(ToolSpec, tools)]  # one tool given on its own
@@ -339,15 +365,17 @@ def _parse_arguments_for_chunk(raw: str) -> Any:
 # --- The agent ------------------------------------------------------------------------------
 
 
-class Agent:
+class Agent(Workflow):
     """A model with a system prompt and tools; ``agent(session)`` runs the tool loop on it."""
 
     def __init__(
         self,
         prompt: str,
-        provider: Provider,
-        tools: str | Iterable[ToolSpec] = (),
+        provider: Provider | None = None,
+        tools: str | Iterable[ToolSpec] | None = (),
         *,
+        model: str | None = None,
+        on_event: EventCallback | None = None,
         name: str | None = None,
         memory: str | None = None,
         memory_k: int = 4,
@@ -357,23 +385,34 @@ class Agent:
         description: str = "",
         recall: RecallFn | None = None,
         commit: CommitFn | None = None,
+        system_tools: bool = True,
+        project: Any = None,
     ) -> None:
+        super().__init__(description=description)
         if not isinstance(prompt, str):
             raise TypeError(f"an agent's prompt is a string; got {type(prompt).__name__}")
+        if provider is None:
+            if model is None:
+                raise ValueError('flow.Agent requires either provider=Provider(...) or model="..."')
+            provider = make_provider(model=model)
         if not isinstance(provider, Provider):
             raise TypeError(
                 "an agent needs a provider instance: flow.Provider(kind=...); "
                 f"got {type(provider).__name__}"
             )
+        if on_event is not None and not callable(on_event):
+            raise TypeError("on_event must be a function taking one RathLLMStreamDelta")
         resolved = name if name is not None else default_agent_name(type(self), prompt)
         if not isinstance(resolved, str) or not resolved.strip():
             raise ValueError("an agent's name must be a non-empty string")
         if len(resolved) > MAX_NAME_LENGTH:
             raise ValueError(f"an agent's name is at most {MAX_NAME_LENGTH} characters")
-        if memory is not None and memory not in MEMORY_SCOPES:
+        if memory is not None and memory not in _MEMORY_PLACES:
             raise ValueError(
-                f"agent {resolved!r}: memory must be one of {', '.join(MEMORY_SCOPES)} or None; "
-                f"got {memory!r}"
+                f"agent {resolved!r}: memory must be 'local' (OpenRath's built-in store: the "
+                f"project's memory and the agent's own) or one of {', '.join(MEMORY_SCOPES)}, "
+                f"or None; got {memory!r} (OpenRath memory stores, specs and other backends "
+                "are not supported: memory lives in this product's database)"
             )
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"agent {resolved!r}: max_turns must be a positive integer")
@@ -381,39 +420,89 @@ class Agent:
             raise ValueError(f"agent {resolved!r}: memory_k must be a positive integer")
         if commit_on_forward and memory is None:
             raise ValueError(
-                f"agent {resolved!r}: commit_on_forward needs memory='project', 'agent' "
-                "or 'session'"
+                f"agent {resolved!r}: commit_on_forward needs memory='local', 'project', "
+                "'agent' or 'session'"
             )
         self.prompt = prompt
         self.provider = provider
-        self.name = resolved
+        self.name = resolved  # type: ignore[misc]  # an agent's name is per instance
+        self._name: str = resolved
         self.memory = memory
         self.memory_k = memory_k
         self.commit_on_forward = commit_on_forward
         self.max_turns = max_turns
         self.policy = policy
         self.description = description
+        self.on_event = on_event
+        self.system_tools = bool(system_tools)
+        self.project_ref = project
+        self._memory_closed = False
         self._recall: RecallFn = recall if recall is not None else _memory_recall
         self._commit: CommitFn = commit if commit is not None else _memory_commit
         self._tools = _collect_tools(tools, resolved)
+        self._check_system_names(self._tools)
+        # OpenRath's parameter leaf, so compile() lists this agent's provider and memory.
+        self.agent = AgentParam(agent_session=None, provider=provider, memory=memory)
+
+    def _check_system_names(self, tools: Mapping[str, FlowToolCall]) -> None:
+        if not self.system_tools:
+            return
+        system = {t.name for t in SYSTEM_TOOLS}
+        for tool_name in tools:
+            if tool_name in system:
+                raise ToolNameConflictError(
+                    f"agent {self._name!r}: user tool {tool_name!r} shadows a built-in system "
+                    "tool (rename it, or pass system_tools=False)"
+                )
 
     @property
     def tools(self) -> tuple[FlowToolCall, ...]:
-        """The agent's tools, in the order they were given."""
+        """The tools given to the agent, in order (OpenRath's built-ins are added in the loop)."""
         return tuple(self._tools.values())
+
+    def loop_tools(self) -> dict[str, FlowToolCall]:
+        """Every tool the model is offered: the given ones, then OpenRath's built-ins."""
+        table = dict(self._tools)
+        if self.system_tools:
+            table.update({t.name: t for t in SYSTEM_TOOLS})
+        return table
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The function-tool definitions sent to the model."""
-        return [t.schema() for t in self._tools.values()]
+        return [t.schema() for t in self.loop_tools().values()]
+
+    def register_tool(self, new_tool: FlowToolCall) -> None:
+        """Add a tool (OpenRath's ``register_tool``); a tool of the same name is kept."""
+        if new_tool.name in self._tools:
+            return
+        self._check_system_names({new_tool.name: new_tool})
+        self._tools[new_tool.name] = new_tool
+
+    def unregister_tool(self, tool_name: str) -> None:
+        """Remove the given tool of that name, if any."""
+        self._tools.pop(tool_name, None)
 
     def __repr__(self) -> str:
         return (
-            f"<Agent {self.name!r} provider={self.provider!r} "
+            f"<Agent {self._name!r} provider={self.provider!r} "
             f"tools={list(self._tools)} max_turns={self.max_turns}>"
         )
 
     def __call__(self, session: Any) -> Any:
         return self.forward(session)
+
+    # --- lifecycle (OpenRath's context manager) ------------------------------------------------
+
+    def close(self) -> None:
+        """Unbind memory (idempotent): ``remember_memory`` and friends then refuse. Memory
+        itself lives in the database; nothing else is held."""
+        self._memory_closed = True
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def forward(self, session: Any) -> Any:
         """Run the tool loop on ``session`` (a ``flow.Session``), appending to it; returns it.
@@ -423,13 +512,16 @@ class Agent:
         """
         if not isinstance(session, Session):
             raise TypeError(
-                f"agent {self.name!r} takes a flow.Session; got {type(session).__name__}"
+                f"agent {self._name!r} takes a flow.Session; got {type(session).__name__}"
             )
-        with context.writing(agent=self.name):
+        with context.writing(agent=self._name):
             self._loop(session)
-            if self.commit_on_forward:
+            if self.commit_on_forward and not self._memory_closed:
                 self._commit(
-                    session=session.row, provider=self.provider, agent=self.name, scope=self.memory
+                    session=session.row,
+                    provider=self.provider,
+                    agent=self._name,
+                    scope=_MEMORY_PLACES[str(self.memory)][1],
                 )
         return session
 
@@ -442,7 +534,8 @@ class Agent:
             memory_message = self._recall_memory(session, chunks)
             if memory_message is not None:
                 preamble.append(memory_message)
-        schemas = self.tool_schemas() or None
+        tools = self.loop_tools()
+        schemas = [t.schema() for t in tools.values()] or None
         counter = self.policy.new_counter() if self.policy is not None else None
         seen: dict[tuple[str, str], int] = {}
         for turn_number in range(1, self.max_turns + 1):
@@ -457,7 +550,7 @@ class Agent:
             if not turn.tool_calls:
                 return
             for call in turn.tool_calls:
-                outcome = self._dispatch(session, call, counter, seen)
+                outcome = self._dispatch(session, call, counter, seen, tools)
                 session.append(self._result_content(call, outcome), role="tool", kind="tool_result")
         session.append(
             {"type": "max_turns", "turns": self.max_turns}, role="assistant", kind="event"
@@ -473,13 +566,23 @@ class Agent:
         turn_id = uuid.uuid4().hex
 
         def on_delta(delta: str) -> None:
-            streaming.token_delta(session.id, agent=self.name, delta=delta, turn=turn_id)
+            streaming.token_delta(session.id, agent=self._name, delta=delta, turn=turn_id)
+
+        user_callback = self.on_event
+
+        def on_event(delta: StreamDelta) -> None:
+            if delta.content_delta:
+                on_delta(delta.content_delta)
+            assert user_callback is not None
+            user_callback(delta)
 
         try:
+            if user_callback is not None:
+                return self.provider.stream(messages, schemas, on_event=on_event)
             return self.provider.complete(messages, schemas, on_delta=on_delta)
         except ProviderError as exc:
             exc.add_note(
-                f"in agent {self.name!r}, model call {turn_number} of at most {self.max_turns}, "
+                f"in agent {self._name!r}, model call {turn_number} of at most {self.max_turns}, "
                 f"on session {session.id}"
             )
             raise
@@ -518,8 +621,10 @@ class Agent:
         call: ToolCallRequest,
         counter: CallCounter | None,
         seen: dict[tuple[str, str], int] | None = None,
+        tools: Mapping[str, FlowToolCall] | None = None,
     ) -> ToolOutcome:
-        chosen = self._tools.get(call.name)
+        table = tools if tools is not None else self.loop_tools()
+        chosen = table.get(call.name)
         if chosen is not None and chosen.writes:
             seen = {} if seen is None else seen
             occurrence = seen[(call.name, call.arguments)] = (
@@ -530,7 +635,7 @@ class Agent:
             )
         return keep_full_output(
             session,
-            dispatch_tool(self._tools, session, call, policy=self.policy, counter=counter),
+            dispatch_tool(table, session, call, policy=self.policy, counter=counter),
         )
 
     @staticmethod
@@ -558,8 +663,8 @@ class Agent:
         entries = list(
             self._recall(
                 project=session.project,
-                scope=self.memory,
-                agent=self.name,
+                scope=_MEMORY_PLACES[str(self.memory)][0],
+                agent=self._name,
                 session_id=session.id,
                 query=query,
                 k=self.memory_k,
@@ -574,3 +679,66 @@ class Agent:
             return None
         lines = "\n".join(f"- {entry.text}" for entry in entries)
         return {"role": "user", "content": f"{MEMORY_HEADER}\n{lines}"}
+
+    # --- OpenRath's memory calls (memory_app.agent_memory) --------------------------------------
+
+    def _memory_project(self, session: Any = None) -> Any:
+        if self.memory is None or self._memory_closed:
+            raise RuntimeError(f"agent {self._name!r} has no memory store (memory='local')")
+        if session is not None:
+            return session.project
+        return resolve_project(self.project_ref)
+
+    def remember_memory(
+        self,
+        content: str,
+        *,
+        scope: str = "user",
+        category: str = "preferences",
+        wait: bool = False,
+        session: Any = None,
+    ) -> Any:
+        """Store a note: ``scope`` ``user`` (the project's memory), ``agent`` (this agent's own)
+        or ``session`` (give ``session=``). Returns ``.uri`` and ``.bytes_written``. Writes are
+        synchronous, so ``wait`` changes nothing."""
+        from memory_app.agent_memory import agent_remember
+
+        project = self._memory_project(session)
+        return agent_remember(
+            project=project,
+            agent=self._name,
+            content=content,
+            scope=scope,
+            category=category,
+            session=session.row if session is not None else None,
+        )
+
+    def recall_memory(
+        self, query: str, *, top_k: int = 4, target_uri: str | None = None, session: Any = None
+    ) -> Any:
+        """The best ``top_k`` notes for ``query`` (``.hits``: ``.uri``, ``.score``,
+        ``.snippet``), from the project's memory and this agent's own, or under ``target_uri``."""
+        from memory_app.agent_memory import agent_recall
+
+        project = self._memory_project(session)
+        return agent_recall(
+            project=project,
+            agent=self._name,
+            query=query,
+            top_k=top_k,
+            target_uri=target_uri,
+            session_id=session.id if session is not None else None,
+        )
+
+    def commit_memory(self, session: Any, *, wait: bool = False, scope: str = "user") -> Any:
+        """Extract facts from ``session`` with this agent's provider and store the new ones
+        (``.extracted_count``). Synchronous, so ``wait`` changes nothing."""
+        from memory_app.agent_memory import agent_commit
+
+        if not isinstance(session, Session):
+            raise TypeError(f"commit_memory takes a flow.Session; got {type(session).__name__}")
+        self._memory_project(session)
+        with context.writing(agent=self._name):
+            return agent_commit(
+                session=session.row, provider=self.provider, agent=self._name, scope=scope
+            )

@@ -6,7 +6,10 @@ written inside says which (nested) workflow produced it.
 
 ``flow.Selector`` asks a model to pick one of several workflows and records the decision as an
 ``event`` chunk, so a selection can be audited and replayed (from a recorded session, or from a
-durable run's decision store) without asking the model again.
+durable run's decision store) without asking the model again. When the model answers ``-1``,
+something that names no workflow, or an index off the menu, the selector returns a
+``flow.EmptyWorkflow`` (whose ``forward`` returns the session unchanged), as OpenRath 2.0 does:
+``while not isinstance(chosen := selector.forward(s, a, b), flow.EmptyWorkflow)`` ends.
 
 This module is imported by ``runs_app.workflow``, which must stay free of Django (the
 import-linter contract follows lazy imports too), so it imports no Django, directly or not:
@@ -23,13 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runs_app.workflow import Workflow, workflow_name
+from runs_app.workflow import AgentParam, Workflow, workflow_name
 from sessions_app import context
 from sessions_app.providers.base import Provider, ProviderError
 
 __all__ = [
     "DECISION_EVENT",
     "DEFAULT_SELECT_INSTRUCTION",
+    "EmptyWorkflow",
     "Selector",
     "SelectorReplayError",
     "parse_selection",
@@ -43,9 +47,18 @@ MAX_WORKFLOW_PATH = 300
 DECISION_EVENT = "selector.decision"
 DEFAULT_SELECT_INSTRUCTION = (
     "You route a conversation to the workflow best suited to handle it. "
-    "Reply with the number of exactly one workflow from the menu and nothing else."
+    "Reply with the number of exactly one workflow from the menu and nothing else, "
+    "or -1 if none of them applies or the task is already complete."
 )
 _INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER_TOKEN = re.compile(r"-?\d+")
+
+
+class EmptyWorkflow(Workflow):
+    """The selector's "nothing (more) to do": ``forward(session)`` returns ``session``."""
+
+    def forward(self, session: Any) -> Any:
+        return session
 
 
 # --- Workflow calls ----------------------------------------------------------------------------
@@ -54,6 +67,9 @@ _INTEGER = re.compile(r"[+-]?\d+")
 def route_name(target: Any) -> str:
     """The short name of a workflow (its ``name`` attribute, else its class name), an agent
     (``agent.name``) or a plain function (``__name__``)."""
+    own = getattr(target, "__dict__", {}).get("name")
+    if isinstance(own, str) and own.strip():  # agents, selectors: named per instance
+        return own
     if isinstance(target, Workflow):
         declared = getattr(type(target), "name", None)
         return type(target).__name__ if declared is None else workflow_name(target)
@@ -106,22 +122,41 @@ class SelectorReplayError(LookupError):
 
 @dataclass(frozen=True)
 class Selection:
-    """How an answer maps onto the menu."""
+    """How an answer maps onto the menu; ``index`` -1 is no workflow (``EmptyWorkflow``), and
+    ``fallback`` says the answer was not a usable choice."""
 
     index: int
     fallback: bool
     reason: str
 
 
-def _fallback(reason: str, first: str) -> Selection:
-    return Selection(0, True, f"{reason}; fell back to the first workflow {first!r}")
+NO_WORKFLOW = "no workflow chosen"
+
+
+def _fallback(reason: str, first: str = "") -> Selection:
+    return Selection(-1, True, f"{reason}; {NO_WORKFLOW}")
+
+
+def _first_integer(text: str, names: Sequence[str]) -> Selection | None:
+    # OpenRath reads the first integer anywhere in the answer ("I pick 1" is 1).
+    found = _INTEGER_TOKEN.search(text)
+    if found is None:
+        return None
+    index = int(found.group())
+    if index == -1:
+        return Selection(-1, False, "the model answered -1 (no workflow applies)")
+    if 0 <= index < len(names):
+        return Selection(index, False, f"the model chose index {index}")
+    return None
 
 
 def parse_selection(answer: str | None, names: Sequence[str]) -> Selection:
-    """Read the model's answer: an index (``1``), an exact name (``research``) or JSON
-    ``{"choice": 1 | "research"}``; surrounding quotes, backticks and a final period are
-    ignored. Anything else, or an index off the menu, is the first workflow, as a fallback."""
-    first = names[0]
+    """Read the model's answer: an index (``1``), an exact name (``research``), JSON
+    ``{"choice": 1 | "research"}``, or a text whose first integer is an index; surrounding
+    quotes, backticks and a final period are ignored. ``-1`` chooses no workflow; anything
+    else that names no workflow (or an index off the menu) chooses none either, with
+    ``fallback`` set. "No workflow" is index -1: the selector returns an ``EmptyWorkflow``."""
+    first = names[0] if names else ""
     if answer is None or not answer.strip():
         return _fallback("the model gave no answer", first)
     text = answer.strip()
@@ -141,8 +176,13 @@ def parse_selection(answer: str | None, names: Sequence[str]) -> Selection:
         if cleaned in names:
             return Selection(names.index(cleaned), False, f"the model named {cleaned!r}")
         if not _INTEGER.fullmatch(cleaned):
+            found = _first_integer(cleaned, names) if candidate is text else None
+            if found is not None:
+                return found
             return _fallback(f"the answer {text!r} is not an index or a workflow name", first)
         candidate = int(cleaned)
+    if candidate == -1:
+        return Selection(-1, False, "the model answered -1 (no workflow applies)")
     if not 0 <= candidate < len(names):
         return _fallback(
             f"the answer {text!r} is off the menu (indexes 0..{len(names) - 1})", first
@@ -184,12 +224,14 @@ class _StepCounter:
             return lambda: store
 
 
-class Selector:
+class Selector(Workflow):
     """Let a model pick one of several workflows; the pick is recorded and can be replayed.
 
     ``selector(session)`` returns the chosen workflow (run it with ``chosen(session)``);
     ``selector.forward(session, *workflows)`` is OpenRath's form with the menu given per call.
     ``Selector(provider)`` (OpenRath's constructor) works too, with the menu given to ``forward``.
+    With no usable choice (``-1``, an unusable answer, an empty menu) the result is an
+    :class:`EmptyWorkflow`.
     """
 
     def __init__(
@@ -199,8 +241,15 @@ class Selector:
         *,
         name: str = "selector",
         instruction: str | None = None,
+        select_instruction: str | None = None,
         replay: SessionLike | None = None,
+        description: str = "",
+        on_event: Any = None,
     ) -> None:
+        super().__init__(description=description)
+        if instruction is not None and select_instruction is not None:
+            raise TypeError("pass instruction= or OpenRath's select_instruction=, not both")
+        instruction = instruction if instruction is not None else select_instruction
         if isinstance(workflows, Provider):  # OpenRath's Selector(provider): menu per call
             if provider is not None:
                 raise TypeError("Selector(workflows, provider): the workflows come first")
@@ -214,8 +263,11 @@ class Selector:
             raise ValueError("a selector's name is a non-empty string of at most 200 characters")
         self.workflows: tuple[Any, ...] = tuple(workflows)
         self.provider = provider
-        self.name = name
+        self.name = name  # type: ignore[misc]  # a selector's name is per instance
         self.instruction = instruction if instruction is not None else DEFAULT_SELECT_INSTRUCTION
+        # Accepted for OpenRath's signature: a selection is one short, unstreamed answer.
+        self.on_event = on_event
+        self.agent = AgentParam(agent_session=None, provider=provider)
         self.replay = replay
         self._replayed: list[dict[str, Any]] | None = None
         self._replay_position = 0
@@ -232,8 +284,11 @@ class Selector:
         return self.forward(session, *workflows)
 
     def forward(self, session: SessionLike, *workflows: Any) -> Any:
-        """Choose a workflow for ``session`` from ``workflows`` (default: the constructor's)."""
+        """Choose a workflow for ``session`` from ``workflows`` (default: the constructor's);
+        an :class:`EmptyWorkflow` when none applies."""
         menu_items = tuple(workflows) if workflows else self.workflows
+        if not menu_items and self.provider is not None:
+            return EmptyWorkflow()  # OpenRath: nothing to choose from, nothing to do
         menu = self._menu(menu_items)
         names = [entry["name"] for entry in menu]
         store = context.current().decisions
@@ -251,13 +306,13 @@ class Selector:
                 if store is not None:
                     store.record(key, decision)
         choice = decision["choice"]
-        if choice not in names:  # only a reused decision can be off the current menu
+        if choice is not None and choice not in names:  # only a reused decision can be off it
             reused = "stored" if source == "decision_store" else "replayed"
             raise SelectorReplayError(
                 f"selector {self.name!r}: the {reused} decision {key!r} chose {choice!r}, "
                 f"which is not on the menu {names}"
             )
-        index = names.index(choice)
+        index = names.index(choice) if choice is not None else -1
         event = {
             "type": DECISION_EVENT,
             "selector": self.name,
@@ -272,7 +327,7 @@ class Selector:
         }
         with context.writing(agent=self.name):
             session.append(event, role="assistant", kind="event", usage=usage)
-        return menu_items[index]
+        return menu_items[index] if index >= 0 else EmptyWorkflow()
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -320,7 +375,7 @@ class Selector:
         selection = parse_selection(turn.text, names)
         decision = {
             "answer": turn.text,
-            "choice": names[selection.index],
+            "choice": names[selection.index] if selection.index >= 0 else None,
             "index": selection.index,
             "fallback": selection.fallback,
             "reason": selection.reason,
@@ -329,7 +384,11 @@ class Selector:
         return decision, usage
 
     def _checked(self, recalled: Any, key: str) -> dict[str, Any]:
-        if not isinstance(recalled, dict) or not isinstance(recalled.get("choice"), str):
+        if (
+            not isinstance(recalled, dict)
+            or "choice" not in recalled
+            or not isinstance(recalled["choice"], str | type(None))
+        ):
             raise SelectorReplayError(
                 f"selector {self.name!r}: the decision store holds {recalled!r} for {key!r}, "
                 "which is not a selector decision"

@@ -5,6 +5,10 @@ answer through ``services.session_compress``: a new root session (lineage op ``c
 holding the kept system messages and one ``summary`` chunk. ``compressor.summarizer`` is a
 ``services.Summarizer`` for ``Session.merge(..., strategy="summary")``.
 
+OpenRath's argument order works too: ``Compressor("Summarize ...", provider, on_event=cb)``
+(the instruction first). As in OpenRath 2.0, the result holds the summary as one user-side row:
+here a ``summary`` chunk (role ``user``), which agents send to the model as a user message.
+
 Kept apart from :mod:`sessions_app.composition` because it needs the services (Django), and
 composition must stay importable without Django (``runs_app.workflow`` imports it).
 """
@@ -15,10 +19,11 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from runs_app.workflow import AgentParam, Workflow
 from sessions_app import context
 from sessions_app.agents import ChunkLike, chunks_to_messages, tool_message_content
 from sessions_app.models import Chunk
-from sessions_app.providers.base import ModelTurn, Provider, ProviderError
+from sessions_app.providers.base import EventCallback, ModelTurn, Provider, ProviderError
 from sessions_app.selectors import chunk_all
 from sessions_app.services import Branch, SummaryResult, session_compress
 from sessions_app.value import Session
@@ -91,19 +96,33 @@ class _SummaryChunk:
         self.content = {"text": text}
 
 
-class Compressor:
+class Compressor(Workflow):
     """Summarize a session into a new, shorter one; also a summarizer for summary merges."""
 
     def __init__(
         self,
-        provider: Provider,
+        provider: Provider | str,
+        second: Provider | None = None,
         *,
         instruction: str | None = None,
         merge_instruction: str | None = None,
         name: str = "compressor",
         keep_system: bool = True,
         description: str = "",
+        on_event: EventCallback | None = None,
     ) -> None:
+        super().__init__(description=description)
+        if isinstance(provider, str):  # OpenRath's Compressor(compress_instruction, provider)
+            if instruction is not None:
+                raise TypeError("the instruction is given twice (positionally and instruction=)")
+            if second is None:
+                raise TypeError("Compressor(instruction, provider): the provider is missing")
+            instruction, provider = provider, second
+        elif second is not None:
+            raise TypeError(
+                "Compressor takes (provider) or OpenRath's (instruction, provider); "
+                "pass the instruction first or as instruction="
+            )
         if not isinstance(provider, Provider):
             raise TypeError(
                 "a compressor needs a provider instance: flow.Provider(kind=...); "
@@ -112,16 +131,24 @@ class Compressor:
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise ValueError("a compressor's name is a non-empty string of at most 200 characters")
         self.provider = provider
-        self.instruction = instruction if instruction is not None else DEFAULT_COMPRESS_INSTRUCTION
+        if instruction is not None and (
+            not isinstance(instruction, str) or not instruction.strip()
+        ):
+            raise ValueError("a compressor's instruction is a non-empty string")
+        self.instruction = (
+            instruction.strip() if instruction is not None else DEFAULT_COMPRESS_INSTRUCTION
+        )
         self.merge_instruction = (
             merge_instruction if merge_instruction is not None else DEFAULT_MERGE_INSTRUCTION
         )
-        self.name = name
+        self.name = name  # type: ignore[misc]  # a compressor's name is per instance
+        self._name: str = name
         self.keep_system = keep_system
-        self.description = description
+        self.on_event = on_event
+        self.agent = AgentParam(agent_session=None, provider=provider)
 
     def __repr__(self) -> str:
-        return f"<Compressor {self.name!r} provider={self.provider!r}>"
+        return f"<Compressor {self._name!r} provider={self.provider!r}>"
 
     def __call__(self, session: Session) -> Session:
         return self.forward(session)
@@ -135,7 +162,7 @@ class Compressor:
         """
         if not isinstance(session, Session):
             raise TypeError(
-                f"compressor {self.name!r} takes a flow.Session; got {type(session).__name__}"
+                f"compressor {self._name!r} takes a flow.Session; got {type(session).__name__}"
             )
         rows = chunk_all(session.id)
         kept: list[Chunk] = [c for c in rows if self._keeps(c)]
@@ -147,13 +174,13 @@ class Compressor:
         result = SummaryResult(
             text=text,
             usage=self._usage(turn),
-            agent=self.name,
+            agent=self._name,
             metadata={
                 "context_tokens_before": before,
                 "usage_after": {"context_tokens": after},
             },
         )
-        with context.writing(agent=self.name):
+        with context.writing(agent=self._name):
             compressed = session_compress(session=session.row, result=result, keep_system=kept)
         return Session(compressed)
 
@@ -167,7 +194,7 @@ class Compressor:
         ]
         first = branches[0].session.id if branches else "?"
         turn = self._complete(self.merge_instruction, "\n\n".join(parts), first)
-        return SummaryResult(text=turn.text or "", usage=self._usage(turn), agent=self.name)
+        return SummaryResult(text=turn.text or "", usage=self._usage(turn), agent=self._name)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -180,13 +207,16 @@ class Compressor:
             {"role": "user", "content": transcript or "(the conversation is empty)"},
         ]
         try:
-            turn = self.provider.complete(messages)
+            if self.on_event is not None:
+                turn = self.provider.stream(messages, None, on_event=self.on_event)
+            else:
+                turn = self.provider.complete(messages)
         except ProviderError as exc:
-            exc.add_note(f"in compressor {self.name!r} on session {session_id}")
+            exc.add_note(f"in compressor {self._name!r} on session {session_id}")
             raise
         if not (turn.text or "").strip():
             raise EmptySummary(
-                f"compressor {self.name!r}: the model ({turn.provider}/{turn.model}) returned "
+                f"compressor {self._name!r}: the model ({turn.provider}/{turn.model}) returned "
                 f"no summary text for session {session_id}; nothing was stored"
             )
         return turn

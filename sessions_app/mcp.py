@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 EXIT_GRACE_SECONDS = 2.0
 #: SIGTERM to SIGKILL.
 KILL_GRACE_SECONDS = 2.0
+#: After the connection closed, how long to wait for the server's exit status (it is normally
+#: there within milliseconds; a loaded machine may take longer to reap the process).
+EXIT_STATUS_WAIT_SECONDS = 5.0
 _STDERR_TAIL_CHARS = 2_000
 
 
@@ -339,7 +342,7 @@ class MCPToolset:
         if isinstance(exc, OSError) and self._server.process is None:
             return MCPStartupError(f"cannot start MCP server {self._label()}: {exc}")
         # The closed connection can be noticed a moment before the exit status.
-        code = await _wait_exit_code(self._server, 1.0)
+        code = await _wait_exit_code(self._server, EXIT_STATUS_WAIT_SECONDS)
         if code is not None:
             return MCPStartupError(
                 f"MCP server {self._label()} exited with exit code {code} during startup"
@@ -426,22 +429,26 @@ class MCPToolset:
             f"the MCP server {self._label()} exited with exit code {self._server.returncode}"
         )
 
-    def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Call a tool synchronously; raises the errors described in the module docstring."""
+    def call(self, name: str, arguments: dict[str, Any], *, raw: bool = False) -> Any:
+        """Call a tool synchronously; raises the errors described in the module docstring.
+
+        With ``raw=True`` the SDK's ``CallToolResult`` is returned as the server sent it, an
+        ``isError`` result included (OpenRath's adapter shapes it for the model itself)."""
         if self._closed:
             raise MCPServerError(f"the MCP toolset for {self._label()} is closed")
         if self._server.returncode is not None:
             raise self._exited_error()
-        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._call(name, arguments, raw=raw), self._loop)
         try:
-            return future.result(timeout=self.call_timeout + 5)
+            # The margin lets the loop's own timeout (and exit-status wait) fire first.
+            return future.result(timeout=self.call_timeout + EXIT_STATUS_WAIT_SECONDS + 5)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise MCPToolTimeout(
                 f"MCP tool {name!r} did not answer within {self.call_timeout}s"
             ) from None
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def _call(self, name: str, arguments: dict[str, Any], *, raw: bool = False) -> Any:
         client = self._client
         if client is None:
             raise (
@@ -459,10 +466,15 @@ class MCPToolset:
                 f"MCP tool {name!r} did not answer within {self.call_timeout}s"
             ) from None
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            # A dead server shows up as a closed connection; its exit code says more.
-            if await _wait_exit_code(self._server, 1.0) is not None:
+            # A dead server shows up as a closed connection; its exit code says more. An error
+            # answer (any other code) comes from a live server: no need to wait for an exit.
+            closed = not isinstance(exc, MCPError) or exc.code == mcp_types.CONNECTION_CLOSED
+            wait = EXIT_STATUS_WAIT_SECONDS if closed else 0.0
+            if await _wait_exit_code(self._server, wait) is not None:
                 raise self._exited_error() from None
             raise MCPToolError(f"MCP tool {name!r} failed: {exc}") from None
+        if raw:
+            return result
         if result.is_error:
             raise MCPToolError(f"MCP tool {name!r} failed: {_error_text(result)}")
         return _result_output(result)

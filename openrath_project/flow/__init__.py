@@ -1,7 +1,7 @@
 """The one import for users: ``from openrath_project import flow``.
 
-Names are re-exported lazily, so importing this module does not need a configured Django until a
-name is used.
+Names are re-exported lazily, so importing this module does not need a configured Django; the
+first name used configures it in a plain script (zero set-up: see ``openrath_project.library``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ _EXPORTS: dict[str, str] = {
     "Session": "sessions_app.value:Session",
     "ChunkView": "sessions_app.value:ChunkView",
     "SummaryResult": "sessions_app.services:SummaryResult",
-    "Provider": "sessions_app.providers:make_provider",
+    "Provider": "sessions_app.providers:ProviderFactory",
     "tool": "sessions_app.tools:tool",
     "FlowToolCall": "sessions_app.tools:FlowToolCall",
     "ToolPolicy": "sessions_app.tools:ToolPolicy",
@@ -30,13 +30,24 @@ _EXPORTS: dict[str, str] = {
     "Selector": "sessions_app.composition:Selector",
     "SelectorReplayError": "sessions_app.composition:SelectorReplayError",
     "Compressor": "sessions_app.compressor:Compressor",
+    "EmptyWorkflow": "sessions_app.composition:EmptyWorkflow",
+    "AgentParam": "runs_app.workflow:AgentParam",
+    "CompiledWorkflow": "runs_app.static_compile:CompiledWorkflow",
+    "ResourceManifest": "runs_app.static_compile:ResourceManifest",
 }
 
 
 def __getattr__(name: str) -> Any:
     target = _EXPORTS.get(name)
     if target is None:
-        raise AttributeError(f"openrath_project.flow has no attribute {name!r}")
+        # OpenRath names left out on purpose get one error naming the alternative.
+        from openrath_project.compat import missing_name
+
+        raise missing_name(__name__, name)
+    # A plain script configures Django here, on first use (openrath_project.library).
+    from openrath_project.library import ensure_ready
+
+    ensure_ready()
     module_name, _, attr = target.partition(":")
     value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value

@@ -1,7 +1,10 @@
 """Model providers behind one neutral interface, built by kind from a registry.
 
-``make_provider(kind="openai", model=...)`` is what users call as ``flow.Provider(...)``; the
-``openai`` and ``scripted`` kinds are registered on import, and ``register_provider`` adds more.
+``flow.Provider(...)`` (also ``openrath_project.llm.Provider``) builds one: today's form
+``Provider(kind="scripted", fixture=[...])`` / ``Provider(model=..., api_key_env=...)`` and
+OpenRath's ``Provider(model=, provider_kind=, api_key=, base_url=, ...)`` are the same call. The
+``openai``, ``atlascloud`` and ``anthropic`` kinds (all OpenAI-compatible endpoints, through the
+official openai SDK) and ``scripted`` are registered on import; ``register_provider`` adds more.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from typing import Any
 
 from sessions_app.providers.base import (
     DeltaCallback,
+    EventCallback,
     ModelTurn,
     Provider,
     ProviderError,
     ProviderRequestError,
     ProviderUnavailable,
     ScriptExhausted,
+    StreamDelta,
     ToolCallRequest,
     Usage,
     create_provider,
@@ -32,7 +37,18 @@ def _openai_provider(**options: Any) -> Provider:
     return OpenAIProvider(**options)
 
 
+def _gateway_provider(gateway: str) -> Any:
+    def build(**options: Any) -> Provider:
+        from sessions_app.providers.openai_provider import OpenAIProvider
+
+        return OpenAIProvider(gateway=gateway, **options)
+
+    return build
+
+
 register_provider("openai", _openai_provider)
+register_provider("atlascloud", _gateway_provider("atlascloud"))
+register_provider("anthropic", _gateway_provider("anthropic"))
 register_provider(ScriptedProvider.kind, ScriptedProvider)
 
 
@@ -44,22 +60,53 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_provider(kind: str = "openai", **options: Any) -> Provider:
-    """Build a provider: ``make_provider(kind="scripted", fixture=[...])`` (``flow.Provider``)."""
-    return create_provider(kind, **options)
+def make_provider(
+    kind: str | None = None, *, provider_kind: str | None = None, **options: Any
+) -> Provider:
+    """Build a provider: ``make_provider(kind="scripted", fixture=[...])`` or OpenRath's
+    ``make_provider(provider_kind="openai", model=..., api_key=...)``; the kind defaults to
+    ``openai``. Options left ``None`` (OpenRath's "unset") are dropped."""
+    if kind is not None and provider_kind is not None and kind != provider_kind:
+        raise ValueError(
+            f"kind={kind!r} and provider_kind={provider_kind!r} disagree; pass one of them"
+        )
+    chosen = kind or provider_kind or "openai"
+    given = {name: value for name, value in options.items() if value is not None}
+    return create_provider(chosen, **given)
+
+
+class _ProviderFactory(type):
+    """``Provider(...)`` builds a provider of the chosen kind; ``isinstance(p, Provider)`` is
+    true of every provider. One name for OpenRath's dataclass-like ``Provider`` and ours."""
+
+    def __call__(cls, *args: Any, **options: Any) -> Provider:
+        return make_provider(*args, **options)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, Provider)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, Provider)
+
+
+class ProviderFactory(metaclass=_ProviderFactory):
+    """``flow.Provider``: see :func:`make_provider` for the arguments."""
 
 
 __all__ = [
     "DeltaCallback",
+    "EventCallback",
     "ModelTurn",
     "OpenAIProvider",
     "Provider",
     "ProviderConfigError",
     "ProviderError",
+    "ProviderFactory",
     "ProviderRequestError",
     "ProviderUnavailable",
     "ScriptExhausted",
     "ScriptedProvider",
+    "StreamDelta",
     "ToolCallRequest",
     "Usage",
     "create_provider",

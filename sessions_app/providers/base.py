@@ -15,6 +15,8 @@ from typing import Any
 
 #: Called with each text delta while a streamed answer is generated.
 DeltaCallback = Callable[[str], None]
+#: Called with each :class:`StreamDelta` (text, tool-call pieces, finish reason, usage).
+EventCallback = Callable[["StreamDelta"], None]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,44 @@ class ModelTurn:
         return message
 
 
+@dataclass(frozen=True)
+class StreamDelta:
+    """One piece of a streamed answer (OpenRath's ``RathLLMStreamDelta``); any subset is set.
+
+    ``content_delta`` is a text fragment; ``tool_call_index`` / ``tool_call_id`` /
+    ``tool_call_name_delta`` / ``tool_call_args_delta`` extend the tool call at that index;
+    ``finish_reason`` comes once, on the last delta of the answer; ``usage`` (a :class:`Usage`)
+    comes after it when the API reported token counts.
+    """
+
+    content_delta: str | None = None
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_call_name_delta: str | None = None
+    tool_call_args_delta: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+def turn_tail_deltas(turn: ModelTurn, *, with_tool_calls: bool = True) -> list[StreamDelta]:
+    """The deltas that close a streamed turn: one per tool call (whole name and arguments),
+    the finish reason, then the usage. For providers that stream text only."""
+    deltas: list[StreamDelta] = []
+    if with_tool_calls:
+        for index, call in enumerate(turn.tool_calls):
+            deltas.append(
+                StreamDelta(
+                    tool_call_index=index,
+                    tool_call_id=call.id,
+                    tool_call_name_delta=call.name,
+                    tool_call_args_delta=call.arguments,
+                )
+            )
+    deltas.append(StreamDelta(finish_reason=turn.finish_reason))
+    deltas.append(StreamDelta(usage=turn.usage))
+    return deltas
+
+
 class ProviderError(Exception):
     """Base of every error a provider raises on purpose."""
 
@@ -117,6 +157,39 @@ class Provider(ABC):
         With ``on_delta`` the provider streams and calls it with every text delta as it
         arrives, then still returns the complete turn.
         """
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_event: EventCallback,
+    ) -> ModelTurn:
+        """Run one model call, streaming :class:`StreamDelta` objects to ``on_event``.
+
+        The default streams the text deltas as they come and then the tool calls, the finish
+        reason and the usage of the finished turn; providers that see tool-call pieces arrive
+        (``openai``) override it to pass them on as they come.
+        """
+        turn = self.complete(
+            messages, tools, on_delta=lambda text: on_event(StreamDelta(content_delta=text))
+        )
+        for delta in turn_tail_deltas(turn):
+            on_event(delta)
+        return turn
+
+    @property
+    def provider_kind(self) -> str:
+        """OpenRath's name for :attr:`kind`."""
+        return self.kind
+
+    def credential_available(self) -> bool:
+        """Whether a call could authenticate, checked offline (no request is made)."""
+        return True
+
+    def __str__(self) -> str:
+        # OpenRath prints a provider as its model name.
+        return str(getattr(self, "model", "") or "(no model)")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} kind={self.kind!r} model={self.model!r}>"

@@ -6,13 +6,18 @@ Configuration, highest precedence first:
 2. the environment: ``OPENAI_DEFAULT_MODEL``, ``OPENAI_BASE_URL`` (and the key, read from the
    variable named by ``api_key_env``, default ``OPENAI_API_KEY``);
 3. the JSON file named by ``OPENRATH_PROVIDER_CONFIG`` (default ``~/.openrath/providers.json``),
-   section ``"openai"``: ``{"base_url", "model", "api_key_env", "timeout", "max_retries"}``.
+   section ``"openai"``: ``{"base_url", "model", "api_key_env", "timeout", "max_retries"}``;
+4. OpenRath's ``config.json`` (``openrath_config``): the default ``llm`` provider when it is of
+   this kind, else the first entry of this kind (its ``model``, ``base_url`` and ``api_key``).
 
-The API key is a *secret reference*: the provider keeps the environment variable's name and reads
-the value only when it builds the SDK client, so the key never appears in ``repr``, errors, logs
-or anything the provider returns. The SDK's own retries are off; this module retries 429, 5xx,
-connection errors and timeouts with capped exponential backoff and jitter, honouring
-``Retry-After``.
+The API key is normally a *secret reference*: the provider keeps the environment variable's name
+and reads the value only when it builds the SDK client. A key given in-process (OpenRath's
+``Provider(api_key=...)``) or read from ``config.json`` is held in this object's memory only
+(never persisted). Precedence: the in-process key, then the environment variable, then
+``config.json``. No key ever appears in ``repr``, errors, logs or anything the provider returns.
+
+The SDK's own retries are off; this module retries 429, 5xx, connection errors and timeouts with
+capped exponential backoff and jitter, honouring ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -34,15 +39,23 @@ from typing import Any, cast
 
 import openai
 
+from openrath_project.secretfiles import SecretFileError, secret_value
 from sessions_app.providers.base import (
     DeltaCallback,
+    EventCallback,
     ModelTurn,
     Provider,
     ProviderError,
     ProviderRequestError,
     ProviderUnavailable,
+    StreamDelta,
     ToolCallRequest,
     Usage,
+)
+from sessions_app.providers.openrath_config import (
+    LLMEntry,
+    OpenRathConfigError,
+    load_openrath_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,19 +150,37 @@ def resolve_config(
     timeout: float | None = None,
     max_retries: int | None = None,
     config_path: str | os.PathLike[str] | None = None,
+    openrath_entry: LLMEntry | None = None,
+    env_prefix: str = "OPENAI",
+    default_base_url: str | None = None,
+    base_url_env: str | None = "OPENAI_BASE_URL",
 ) -> OpenAIConfig:
-    """Apply the precedence explicit > environment > config file > defaults."""
+    """Apply the precedence explicit > environment > config file > OpenRath's ``config.json``
+    entry > defaults. ``env_prefix`` names the variables (``OPENAI_DEFAULT_MODEL``, ...)."""
     file_config = load_config_file(config_path)
-    resolved_model = model or os.environ.get("OPENAI_DEFAULT_MODEL") or file_config.get("model")
+    entry_model = openrath_entry.model if openrath_entry is not None else None
+    entry_base_url = openrath_entry.base_url if openrath_entry is not None else None
+    resolved_model = (
+        model
+        or os.environ.get(f"{env_prefix}_DEFAULT_MODEL")
+        or file_config.get("model")
+        or entry_model
+    )
     if not resolved_model:
         raise ProviderConfigError(
-            "no model configured for the openai provider: pass model=..., set "
-            "OPENAI_DEFAULT_MODEL, or add 'model' to the 'openai' section of the config file"
+            f"no model configured for the openai provider: pass model=..., set "
+            f"{env_prefix}_DEFAULT_MODEL, or add 'model' to the 'openai' section of the "
+            "config file (or to the llm provider in ~/.openrath/config.json)"
         )
     resolved_base_url = (
-        base_url or os.environ.get("OPENAI_BASE_URL") or file_config.get("base_url") or None
+        base_url
+        or (os.environ.get(base_url_env) if base_url_env else None)
+        or file_config.get("base_url")
+        or entry_base_url
+        or default_base_url
+        or None
     )
-    resolved_key_env = api_key_env or file_config.get("api_key_env") or DEFAULT_API_KEY_ENV
+    resolved_key_env = api_key_env or file_config.get("api_key_env") or f"{env_prefix}_API_KEY"
     resolved_timeout = float(
         timeout if timeout is not None else file_config.get("timeout", DEFAULT_TIMEOUT_SECONDS)
     )
@@ -221,6 +252,31 @@ def _api_error_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
+@dataclass(frozen=True)
+class Gateway:
+    """An OpenAI-compatible endpoint registered as a provider kind of its own."""
+
+    env_prefix: str  # <prefix>_API_KEY and <prefix>_DEFAULT_MODEL
+    base_url: str
+    #: The variable that overrides the URL (None: the SDK-style variable means something else).
+    base_url_env: str | None
+
+
+GATEWAYS: dict[str, Gateway] = {
+    "atlascloud": Gateway("ATLASCLOUD", "https://api.atlascloud.ai/v1", "ATLASCLOUD_BASE_URL"),
+    # Anthropic's OpenAI-compatible endpoint: no extra SDK. ANTHROPIC_BASE_URL is not read: for
+    # the anthropic SDK it names the API root, which is not this endpoint.
+    "anthropic": Gateway("ANTHROPIC", "https://api.anthropic.com/v1/", None),
+}
+
+
+def _openrath_entry(kind: str) -> LLMEntry | None:
+    try:
+        return load_openrath_config().provider_for_kind(kind)
+    except OpenRathConfigError as exc:
+        raise ProviderConfigError(str(exc)) from None
+
+
 class OpenAIProvider(Provider):
     """Chat completions with tools and streaming against an OpenAI-compatible endpoint."""
 
@@ -232,19 +288,24 @@ class OpenAIProvider(Provider):
         *,
         base_url: str | None = None,
         api_key_env: str | None = None,
+        api_key: str | None = None,
         timeout: float | None = None,
         max_retries: int | None = None,
         temperature: float | None = None,
         config_path: str | os.PathLike[str] | None = None,
+        gateway: str | None = None,
         **create_args: Any,
     ) -> None:
         reserved = sorted(set(create_args) & _RESERVED_CREATE_ARGS)
         if reserved:
             raise ValueError(f"the openai provider sets these itself: {', '.join(reserved)}")
-        if "api_key" in create_args:
-            raise ValueError(
-                "pass the API key by reference: api_key_env='NAME_OF_ENV_VAR', not api_key="
-            )
+        if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+            raise ProviderConfigError("api_key must be a non-empty string (or leave it out)")
+        if gateway is not None and gateway not in GATEWAYS:
+            raise ValueError(f"unknown OpenAI-compatible gateway {gateway!r}")
+        self.kind = gateway or KIND
+        route = GATEWAYS.get(self.kind, Gateway("OPENAI", "", "OPENAI_BASE_URL"))
+        entry = _openrath_entry(self.kind)
         self.config = resolve_config(
             model=model,
             base_url=base_url,
@@ -252,30 +313,57 @@ class OpenAIProvider(Provider):
             timeout=timeout,
             max_retries=max_retries,
             config_path=config_path,
+            openrath_entry=entry,
+            env_prefix=route.env_prefix,
+            default_base_url=route.base_url or None,
+            base_url_env=route.base_url_env,
         )
         self.model = self.config.model
+        # In memory only: never in config, repr, chunks or logs (see _api_key and _redact).
+        self._explicit_key = api_key.strip() if api_key else None
+        self._config_key = entry.api_key if entry is not None else None
         self.create_args: dict[str, Any] = dict(create_args)
+        if temperature is None and entry is not None:
+            temperature = entry.temperature
         if temperature is not None:
             self.create_args["temperature"] = temperature
+        if entry is not None and entry.max_tokens is not None:
+            self.create_args.setdefault("max_tokens", entry.max_tokens)
         self._client: openai.OpenAI | None = None
         self._client_key_digest = ""
         self._client_lock = threading.Lock()
 
     def __repr__(self) -> str:
+        name = "OpenAIProvider" if self.kind == KIND else f"OpenAIProvider[{self.kind}]"
+        key = " api_key=<in memory>" if self._explicit_key else ""
         return (
-            f"<OpenAIProvider model={self.model!r} base_url={self.config.base_url!r} "
-            f"api_key_env={self.config.api_key_env!r}>"
+            f"<{name} model={self.model!r} base_url={self.config.base_url!r} "
+            f"api_key_env={self.config.api_key_env!r}{key}>"
         )
 
     # -- client ---------------------------------------------------------------------------------
 
+    def _env_key(self) -> str:
+        # The variable, or the file its ``<name>_FILE`` names (the key then stays out of the
+        # process environment); read on each call, so a rotated key is picked up.
+        try:
+            return secret_value(self.config.api_key_env) or ""
+        except SecretFileError as exc:
+            raise ProviderConfigError(str(exc)) from None
+
     def _api_key(self) -> str:
-        key = os.environ.get(self.config.api_key_env, "")
+        key = self._explicit_key or self._env_key() or self._config_key or ""
         if not key:
             raise ProviderConfigError(
                 f"the API key environment variable {self.config.api_key_env} is not set"
             )
         return key
+
+    def credential_available(self) -> bool:
+        try:
+            return bool(self._api_key())
+        except ProviderConfigError:
+            return False
 
     def _get_client(self) -> openai.OpenAI:
         """The SDK client, rebuilt when the key in the environment changes (rotation)."""
@@ -295,8 +383,14 @@ class OpenAIProvider(Provider):
             return self._client
 
     def _redact(self, text: str) -> str:
-        key = os.environ.get(self.config.api_key_env, "")
-        return text.replace(key, "[redacted]") if len(key) >= 4 else text
+        try:
+            env_key = secret_value(self.config.api_key_env) or ""
+        except SecretFileError:
+            env_key = ""
+        for key in (self._explicit_key, env_key, self._config_key):
+            if key and len(key) >= 4:
+                text = text.replace(key, "[redacted]")
+        return text
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -307,10 +401,36 @@ class OpenAIProvider(Provider):
         *,
         on_delta: DeltaCallback | None = None,
     ) -> ModelTurn:
+        return self._call(messages, tools, on_delta=on_delta, on_event=None)
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_event: EventCallback,
+    ) -> ModelTurn:
+        """Stream, passing each text fragment and tool-call piece on as the API sends it."""
+        return self._call(messages, tools, on_delta=None, on_event=on_event)
+
+    def _call(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        on_delta: DeltaCallback | None,
+        on_event: EventCallback | None,
+    ) -> ModelTurn:
         client = self._get_client()
         request: dict[str, Any] = {"model": self.model, "messages": messages, **self.create_args}
         if tools:
             request["tools"] = tools
+        if on_event is not None:
+            events = on_event
+
+            def on_delta(text: str) -> None:
+                events(StreamDelta(content_delta=text))
+
         if on_delta is not None:
             request["stream"] = True
             request["stream_options"] = {"include_usage": True}
@@ -321,7 +441,9 @@ class OpenAIProvider(Provider):
             emitted = [False]
             try:
                 if on_delta is not None:
-                    return self._complete_streaming(client, request, on_delta, emitted)
+                    return self._complete_streaming(
+                        client, request, on_delta, emitted, on_event=on_event
+                    )
                 return self._complete_once(client, request)
             except openai.APIStatusError as exc:
                 status = exc.status_code
@@ -387,6 +509,8 @@ class OpenAIProvider(Provider):
         request: dict[str, Any],
         on_delta: DeltaCallback,
         emitted: list[bool],
+        *,
+        on_event: EventCallback | None = None,
     ) -> ModelTurn:
         stream = cast(Any, client.chat.completions).create(**request)
         text_parts: list[str] = []
@@ -414,11 +538,24 @@ class OpenAIProvider(Provider):
                         slot = calls.setdefault(part.index, {"id": "", "name": "", "args": []})
                         if part.id:
                             slot["id"] = part.id
+                        name_piece = args_piece = None
                         if part.function is not None:
                             if part.function.name:
-                                slot["name"] += part.function.name
+                                name_piece = part.function.name
+                                slot["name"] += name_piece
                             if part.function.arguments:
-                                slot["args"].append(part.function.arguments)
+                                args_piece = part.function.arguments
+                                slot["args"].append(args_piece)
+                        if on_event is not None:
+                            emitted[0] = True
+                            on_event(
+                                StreamDelta(
+                                    tool_call_index=part.index,
+                                    tool_call_id=part.id or None,
+                                    tool_call_name_delta=name_piece,
+                                    tool_call_args_delta=args_piece,
+                                )
+                            )
         finally:
             close = getattr(stream, "close", None)
             if callable(close):
@@ -431,7 +568,7 @@ class OpenAIProvider(Provider):
             )
             for index, slot in sorted(calls.items())
         )
-        return ModelTurn(
+        turn = ModelTurn(
             text="".join(text_parts) if text_parts else None,
             tool_calls=tool_calls,
             usage=usage,
@@ -439,6 +576,10 @@ class OpenAIProvider(Provider):
             provider=self.kind,
             finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),
         )
+        if on_event is not None:
+            on_event(StreamDelta(finish_reason=turn.finish_reason))
+            on_event(StreamDelta(usage=turn.usage))
+        return turn
 
 
 def _usage(raw: Any) -> Usage:

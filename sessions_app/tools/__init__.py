@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sessions_app.tools.base import FlowToolCall
-from sessions_app.tools.builtin import BUILTIN_TOOLS
+from sessions_app.tools.builtin import BUILTIN_TOOLS, SYSTEM_TOOLS
 from sessions_app.tools.decorator import FunctionTool, tool
 from sessions_app.tools.dispatch import ToolOutcome, dispatch_tool
 from sessions_app.tools.policy import CallCounter, ToolPolicy, ToolPolicyViolation
@@ -15,6 +15,7 @@ __all__ = [
     "FunctionTool",
     "ToolOutcome",
     "ToolPolicy",
+    "SYSTEM_TOOLS",
     "ToolPolicyViolation",
     "dispatch_tool",
     "tool",

@@ -29,19 +29,26 @@ class FlowToolCall(ABC):
     parameters: dict[str, Any]
     writes: bool = False
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    #: OpenRath's scheduling hints; kept for source compatibility (calls here run in order).
+    parallel_safe: bool = False
 
     @abstractmethod
     def __call__(self, session: Any, arguments: dict[str, Any]) -> Any:
         """Run the tool; the result should be JSON-serialisable (anything else is ``str()``-ed)."""
 
+    def resource_key(self, arguments: Any) -> tuple[str, ...]:
+        """OpenRath's hint naming what a call touches (calls here run in transcript order)."""
+        return ("global",) if not self.parallel_safe else (self.name,)
+
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool definition sent to the model."""
+        # OpenRath tools may define these as properties returning a Mapping or None.
         return {
             "type": "function",
             "function": {
                 "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
+                "description": self.description or "",
+                "parameters": dict(self.parameters),
             },
         }
 

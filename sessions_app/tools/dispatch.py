@@ -114,7 +114,9 @@ def _location(error: ValidationError) -> str:
 
 def validation_problems(schema: Mapping[str, Any], arguments: Any) -> list[str]:
     """Human-readable schema violations, each naming where it is; empty when valid."""
-    validator = _validator_for(json.dumps(schema, sort_keys=True))
+    # ``default=dict``: OpenRath-style tools may describe their parameters with read-only
+    # mappings (``MappingProxyType``), which are JSON objects all the same.
+    validator = _validator_for(json.dumps(schema, sort_keys=True, default=dict))
     errors = sorted(
         validator.iter_errors(arguments),
         key=lambda error: (list(map(str, error.absolute_path)), error.message),

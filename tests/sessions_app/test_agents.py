@@ -237,7 +237,7 @@ def test_a_multi_turn_tool_loop_writes_exactly_these_chunks(
     assert (tmp_path / "notes" / "sum.txt").read_text() == "5"
     assert routed == ["write_file"]
 
-    schemas = [t.schema() for t in agent.tools]
+    schemas = agent.tool_schemas()  # the given tools, then OpenRath's built-ins
     assert [r["tools"] for r in provider.requests] == [schemas] * 4
     assert provider.requests[-1]["messages"] == [
         {"role": "system", "content": "You add numbers."},
@@ -491,7 +491,7 @@ def test_chunks_map_to_messages_and_untrusted_text_is_never_a_system_message(
     )
     provider = scripted({"text": "D'accord."})
 
-    Agent("You are careful.", provider, name="careful")(session)
+    Agent("You are careful.", provider, name="careful", system_tools=False)(session)
 
     messages = provider.requests[0]["messages"]
     assert messages == [
@@ -735,13 +735,16 @@ def test_tools_may_be_plain_functions_and_builtin_expands() -> None:
         (
             {"memory": "global"},
             ValueError,
-            "agent 'x': memory must be one of project, agent, session or None; got 'global'",
+            "agent 'x': memory must be 'local' (OpenRath's built-in store: the project's memory "
+            "and the agent's own) or one of project, agent, session, or None; got 'global' "
+            "(OpenRath memory stores, specs and other backends are not supported: memory lives "
+            "in this product's database)",
         ),
         ({"max_turns": 0}, ValueError, "agent 'x': max_turns must be a positive integer"),
         (
             {"commit_on_forward": True},
             ValueError,
-            "agent 'x': commit_on_forward needs memory='project', 'agent' or 'session'",
+            "agent 'x': commit_on_forward needs memory='local', 'project', 'agent' or 'session'",
         ),
     ],
 )
@@ -805,7 +808,8 @@ def test_an_agent_round_trip_through_the_openai_provider(
         provider = make_provider("openai", model="gpt-test", base_url=api.base_url)
         session = Session.from_user_message("What is 2 + 3?", project=project)
 
-        Agent("Use tools.", provider, tools=[add], name="openai-agent")(session)
+        agent = Agent("Use tools.", provider, tools=[add], name="openai-agent")
+        agent(session)
 
     openai_usage = {"model": "gpt-test", "provider": "openai"}
     assert rows(session) == [
@@ -835,7 +839,17 @@ def test_an_agent_round_trip_through_the_openai_provider(
             spent(30, 6, **openai_usage),
         ),
     ]
-    schema = add.schema()
+    # The given tool, then OpenRath's six built-ins (every loop offers them, as in OpenRath).
+    schema, *system = agent.tool_schemas()
+    assert schema == add.schema()
+    assert [s["function"]["name"] for s in system] == [
+        "run_shell_command",
+        "read_workspace_file",
+        "write_workspace_file",
+        "list_workspace_files",
+        "workspace_path_exists",
+        "run_code",
+    ]
     stream = {"stream": True, "stream_options": {"include_usage": True}}
     assert [r.body for r in api.requests] == [
         {
@@ -844,7 +858,7 @@ def test_an_agent_round_trip_through_the_openai_provider(
                 {"role": "system", "content": "Use tools."},
                 {"role": "user", "content": "What is 2 + 3?"},
             ],
-            "tools": [schema],
+            "tools": [schema, *system],
             **stream,
         },
         {
@@ -865,7 +879,7 @@ def test_an_agent_round_trip_through_the_openai_provider(
                 },
                 {"role": "tool", "tool_call_id": "call_abc", "content": "5"},
             ],
-            "tools": [schema],
+            "tools": [schema, *system],
             **stream,
         },
     ]

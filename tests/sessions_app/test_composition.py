@@ -16,6 +16,7 @@ from sessions_app import context, services
 from sessions_app.agents import Agent
 from sessions_app.composition import (
     DEFAULT_SELECT_INSTRUCTION,
+    EmptyWorkflow,
     Selection,
     Selector,
     SelectorReplayError,
@@ -316,32 +317,47 @@ def test_openrath_call_form_and_a_json_answer(project: Any) -> None:
     )
 
 
-def test_an_invalid_answer_falls_back_to_the_first_workflow_and_says_so(project: Any) -> None:
+def test_an_unusable_answer_chooses_no_workflow_and_says_so(project: Any) -> None:
+    # OpenRath 2.0: -1, an unparseable answer or an index off the menu is an EmptyWorkflow
+    # (it used to fall back to the first workflow, so a `while` over the selector never ended).
     session = Session.from_user_message("Hm.", project=project)
-    selector = Selector([SmallTalk(), DeepDive()], answers("Both look fine.", "7"), name="router")
+    selector = Selector(
+        [SmallTalk(), DeepDive()], answers("Both look fine.", "7", "-1"), name="router"
+    )
 
-    assert isinstance(selector(session), SmallTalk)
-    assert isinstance(selector(session), SmallTalk)
+    chosen = [selector(session) for _ in range(3)]
 
+    assert [type(c) for c in chosen] == [EmptyWorkflow] * 3
+    length = len(session.refresh())
+    assert chosen[0](session) is session
+    assert len(session.refresh()) == length
     assert [content for content, _, _ in events(session)] == [
         decision(
             answer="Both look fine.",
-            choice="small_talk",
-            index=0,
+            choice=None,
+            index=-1,
             fallback=True,
             reason="the answer 'Both look fine.' is not an index or a workflow name; "
-            "fell back to the first workflow 'small_talk'",
+            "no workflow chosen",
             key="selector:router:0",
             source="model",
         ),
         decision(
             answer="7",
-            choice="small_talk",
-            index=0,
+            choice=None,
+            index=-1,
             fallback=True,
-            reason="the answer '7' is off the menu (indexes 0..1); "
-            "fell back to the first workflow 'small_talk'",
+            reason="the answer '7' is off the menu (indexes 0..1); no workflow chosen",
             key="selector:router:1",
+            source="model",
+        ),
+        decision(
+            answer="-1",
+            choice=None,
+            index=-1,
+            fallback=False,
+            reason="the model answered -1 (no workflow applies)",
+            key="selector:router:2",
             source="model",
         ),
     ]
@@ -358,25 +374,33 @@ def test_an_invalid_answer_falls_back_to_the_first_workflow_and_says_so(project:
         ('{"choice": "DeepDive"}', Selection(1, False, "the model named 'DeepDive'")),
         (
             '{"pick": 1}',
-            Selection(0, True, """the JSON answer '{"pick": 1}' has no 'choice'; """ + "FB"),
+            Selection(-1, True, """the JSON answer '{"pick": 1}' has no 'choice'; """ + "FB"),
         ),
         (
             '{"choice": true}',
             Selection(
-                0, True, """the answer '{"choice": true}' is not an index or a workflow name; FB"""
+                -1, True, """the answer '{"choice": true}' is not an index or a workflow name; FB"""
             ),
         ),
-        ("-1", Selection(0, True, "the answer '-1' is off the menu (indexes 0..1); FB")),
+        ("-1", Selection(-1, False, "the model answered -1 (no workflow applies)")),
+        ('{"choice": -1}', Selection(-1, False, "the model answered -1 (no workflow applies)")),
+        ("I would pick 1.", Selection(1, False, "the model chose index 1")),
+        ("None fits: -1", Selection(-1, False, "the model answered -1 (no workflow applies)")),
+        (
+            "Option 9",
+            Selection(-1, True, "the answer 'Option 9' is not an index or a workflow name; FB"),
+        ),
+        ("2", Selection(-1, True, "the answer '2' is off the menu (indexes 0..1); FB")),
         (
             "deepdive",
-            Selection(0, True, "the answer 'deepdive' is not an index or a workflow name; FB"),
+            Selection(-1, True, "the answer 'deepdive' is not an index or a workflow name; FB"),
         ),
-        ("", Selection(0, True, "the model gave no answer; FB")),
-        (None, Selection(0, True, "the model gave no answer; FB")),
+        ("", Selection(-1, True, "the model gave no answer; FB")),
+        (None, Selection(-1, True, "the model gave no answer; FB")),
     ],
 )
 def test_parse_selection(answer: str | None, expected: Selection) -> None:
-    fallback = "fell back to the first workflow 'small_talk'"
+    fallback = "no workflow chosen"
     want = Selection(expected.index, expected.fallback, expected.reason.replace("FB", fallback))
     assert parse_selection(answer, ["small_talk", "DeepDive"]) == want
 
@@ -394,7 +418,7 @@ def test_replay_reuses_recorded_decisions_without_the_model(project: Any) -> Non
     )
 
     assert isinstance(replaying(fresh), DeepDive)
-    assert isinstance(replaying(fresh), SmallTalk)
+    assert isinstance(replaying(fresh), EmptyWorkflow)
     with pytest.raises(SelectorReplayError) as caught:
         replaying(fresh)
 
@@ -419,11 +443,11 @@ def test_replay_reuses_recorded_decisions_without_the_model(project: Any) -> Non
         (
             decision(
                 answer="nonsense",
-                choice="small_talk",
-                index=0,
+                choice=None,
+                index=-1,
                 fallback=True,
                 reason="the answer 'nonsense' is not an index or a workflow name; "
-                "fell back to the first workflow 'small_talk'",
+                "no workflow chosen",
                 key="selector:router:1",
                 source="replay",
             ),
@@ -502,8 +526,11 @@ def test_a_decision_store_records_and_a_replayed_step_reuses(project: Any) -> No
 
 def test_selector_configuration_and_stale_decisions_are_clear_errors(project: Any) -> None:
     session = Session.from_user_message("x", project=project)
+    # OpenRath: an empty menu is nothing to do (no model call, nothing recorded).
+    assert isinstance(Selector(answers("0"))(session), EmptyWorkflow)
+    assert len(session.refresh()) == 1
     with pytest.raises(ValueError, match="^selector 'selector' has no workflows to choose from$"):
-        Selector(answers("0"))(session)
+        Selector()(session)
     with pytest.raises(
         ValueError,
         match="^selector 'selector': workflow names must be unique on the menu; "

@@ -47,6 +47,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     config = tmp_path / "providers.json"
     config.write_text("{}")
     monkeypatch.setenv("OPENRATH_PROVIDER_CONFIG", str(config))
+    # OpenRath's config.json is looked up here (an empty directory): not the machine's.
+    monkeypatch.setenv("OPENRATH_HOME", str(tmp_path / "openrath-home"))
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_DEFAULT_MODEL", raising=False)
@@ -316,9 +318,10 @@ def test_connection_refused_is_unavailable_after_retries() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    # The port is closed again: every attempt is refused.
+    # The port is closed again: every attempt is refused at once. The timeout is generous so that
+    # a loaded machine cannot turn the refusal into an APITimeoutError.
     provider = make_provider(
-        "openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, timeout=2
+        "openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, timeout=30
     )
 
     with pytest.raises(ProviderUnavailable) as caught:
@@ -377,6 +380,25 @@ def test_the_key_is_read_from_the_named_variable(
     assert api.requests[0].headers["authorization"] == "Bearer sk-team-key-777"
 
 
+def test_the_key_can_come_from_a_file(
+    api: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``<name>_FILE`` keeps the key out of the worker's environment (issue 14, item 7)."""
+    key_file = tmp_path / "openai_key"
+    key_file.write_text("sk-from-file-888\n")
+    monkeypatch.delenv("TEAM_LLM_KEY", raising=False)
+    monkeypatch.setenv("TEAM_LLM_KEY_FILE", str(key_file))
+    api.replies.append(Reply(body=completion(content="ok")))
+
+    provider_for(api, api_key_env="TEAM_LLM_KEY").complete(USER)
+
+    assert api.requests[0].headers["authorization"] == "Bearer sk-from-file-888"
+    monkeypatch.setenv("TEAM_LLM_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ProviderConfigError, match="TEAM_LLM_KEY_FILE=.* cannot be read"):
+        provider_for(api, api_key_env="TEAM_LLM_KEY").complete(USER)
+    assert len(api.requests) == 1
+
+
 def test_a_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
     provider = OpenAIProvider(model="m", base_url="http://127.0.0.1:9/v1")
@@ -399,9 +421,14 @@ def test_make_provider_defaults_to_openai() -> None:
     assert repr(provider) == "<OpenAIProvider model='m' base_url=None api_key_env='OPENAI_API_KEY'>"
 
 
-def test_a_raw_api_key_argument_is_refused() -> None:
-    with pytest.raises(ValueError, match="api_key_env"):
-        make_provider("openai", model="m", api_key=SECRET)
+def test_an_in_process_api_key_is_held_in_memory_and_never_shown() -> None:
+    provider = make_provider("openai", model="m", api_key=SECRET)
+    assert repr(provider) == (
+        "<OpenAIProvider model='m' base_url=None api_key_env='OPENAI_API_KEY' api_key=<in memory>>"
+    )
+    assert SECRET not in repr(vars(provider.config))
+    assert provider.credential_available() is True
+    assert provider._redact(f"bad key {SECRET}") == "bad key [redacted]"
 
 
 def test_unknown_config_file_keys_are_reported(clean_env: Path) -> None:
