@@ -589,10 +589,12 @@ def run_one(
     registry: WorkflowRegistry,
     run_id: uuid.UUID | None = None,
     process_mode: bool = False,
+    skip_tenants: tuple[str, ...] = (),
 ) -> Outcome | None:
-    """Claim one claimable run (or that one) and execute it; ``None`` when there was none."""
+    """Claim one claimable run (or that one, outside ``skip_tenants``) and execute it;
+    ``None`` when there was none."""
     close_old_connections()
-    claim = services.lease_claim(worker=worker, run_id=run_id)
+    claim = services.lease_claim(worker=worker, run_id=run_id, skip_tenants=skip_tenants)
     if claim is None:
         return None
     return execute_claim(claim, registry=registry, process_mode=process_mode)

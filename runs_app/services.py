@@ -310,7 +310,7 @@ class Claim:
 _PG_CLAIM_SQL = """
 WITH picked AS (
     SELECT id FROM runs_app_run
-    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only}
+    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only} {skip}
     ORDER BY priority DESC, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -343,15 +343,19 @@ SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM s) FROM r
 """
 
 
-def lease_claim(*, worker: str, run_id: uuid.UUID | None = None) -> Claim | None:
+def lease_claim(
+    *, worker: str, run_id: uuid.UUID | None = None, skip_tenants: tuple[str, ...] = ()
+) -> Claim | None:
     """Take the next claimable run (or that one): queued, timer due; priority then age.
 
+    ``skip_tenants`` (tenant slugs) are left to other workers: the embedded workers of a server
+    leave the library tenant's runs to the scripts that own them (``runs_app.worker``).
     The fencing token goes up by one, so anything the previous holder tries later is refused.
     On PostgreSQL one statement (``FOR UPDATE SKIP LOCKED``) also takes the working session's
     writer; elsewhere a short transaction.
     """
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        return _pg_claim(worker, run_id)
+        return _pg_claim(worker, run_id, skip_tenants)
     now = timezone.now()
     with transaction.atomic():
         queryset = Run.objects.filter(status="queued").filter(
@@ -359,6 +363,8 @@ def lease_claim(*, worker: str, run_id: uuid.UUID | None = None) -> Claim | None
         )
         if run_id is not None:
             queryset = queryset.filter(id=run_id)
+        if skip_tenants:
+            queryset = queryset.exclude(tenant__slug__in=skip_tenants)
         picked = (
             queryset.order_by("-priority", "created_at")
             .select_for_update(skip_locked=True)
@@ -386,17 +392,29 @@ def lease_claim(*, worker: str, run_id: uuid.UUID | None = None) -> Claim | None
     return Claim(run_id=run.id, token=run.fencing_token, worker=worker)
 
 
-def _pg_claim(worker: str, run_id: uuid.UUID | None) -> Claim | None:
+def _pg_claim(worker: str, run_id: uuid.UUID | None, skip_tenants: tuple[str, ...]) -> Claim | None:
     import psycopg
     from psycopg.types.numeric import Int8
 
     check_transition("queued", "running")
-    sql = _PG_CLAIM_SQL.format(only="AND id = %(run)s" if run_id is not None else "")
+    sql = _PG_CLAIM_SQL.format(
+        only="AND id = %(run)s" if run_id is not None else "",
+        skip=(
+            "AND tenant_id NOT IN (SELECT id FROM tenancy_tenant WHERE slug = ANY(%(skip)s))"
+            if skip_tenants
+            else ""
+        ),
+    )
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             sql,
-            {"worker": worker[:200], "lease": Int8(_lease_seconds()), "run": run_id},
+            {
+                "worker": worker[:200],
+                "lease": Int8(_lease_seconds()),
+                "run": run_id,
+                "skip": list(skip_tenants),
+            },
             prepare=True,
         )
         row = cursor.fetchone()

@@ -24,8 +24,6 @@ import time
 import uuid
 
 from django.db import close_old_connections, connection
-from django.db.models import Q
-from django.utils import timezone
 
 from runs_app import dispatch, services
 from runs_app.executor import Outcome, run_one
@@ -81,34 +79,14 @@ class Worker:
             logger.exception("reconcile failed")
             close_old_connections()
 
-    def _next_claimable(self) -> uuid.UUID | None:
-        """The run the claim would take, outside the skipped tenants. Only a hint: the claim
-        itself is still the compare-and-set (another worker may take it first: then nothing
-        is claimed this round)."""
-        from runs_app.models import Run
-
-        due = Q(wake_at__isnull=True) | Q(wake_at__lte=timezone.now())
-        return (
-            Run.objects.filter(due, status="queued")
-            .exclude(tenant__slug__in=self.skip_tenants)
-            .order_by("-priority", "created_at")
-            .values_list("id", flat=True)
-            .first()
-        )
-
     def run_once(self) -> Outcome | None:
         try:
-            if self.skip_tenants:
-                candidate = self._next_claimable()
-                if candidate is None:
-                    return None
-                return run_one(
-                    self.name,
-                    registry=workflows(),
-                    run_id=candidate,
-                    process_mode=self.process_mode,
-                )
-            return run_one(self.name, registry=workflows(), process_mode=self.process_mode)
+            return run_one(
+                self.name,
+                registry=workflows(),
+                process_mode=self.process_mode,
+                skip_tenants=self.skip_tenants,
+            )
         except Exception:
             logger.exception("worker %s failed while executing a run", self.name)
             connection.close()  # a broken connection must not poison the next claim
