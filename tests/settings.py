@@ -3,7 +3,8 @@
 The database is ``OPENRATH_TEST_DATABASE_URL`` (default ``postgres://root@127.0.0.1:5432/test``;
 Django creates ``test_<name>`` from it). Outside CI, an unreachable PostgreSQL falls back to
 SQLite and the tests that need PostgreSQL skip, saying why; under ``CI=true`` it is an error.
-``OPENRATH_TEST_DB=sqlite`` forces SQLite (to run the portable tests on the embedded engine).
+``OPENRATH_TEST_DB=sqlite`` forces SQLite (to run the portable tests on the embedded engine, as
+CI's second pass does); the tests that need PostgreSQL then skip, also under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ os.environ.pop("S3_BUCKET", None)
 os.environ.pop("MIGRATION_DATABASE_URL", None)
 
 POSTGRES_UNAVAILABLE = ""
-if os.environ.get("OPENRATH_TEST_DB", "").lower() == "sqlite":
+# Forced SQLite is a deliberate choice, not a missing service: the tests that need PostgreSQL skip
+# then even under CI=true (tests.support.require_postgres).
+SQLITE_FORCED = os.environ.get("OPENRATH_TEST_DB", "").strip().lower() == "sqlite"
+if SQLITE_FORCED:
     POSTGRES_UNAVAILABLE = "OPENRATH_TEST_DB=sqlite forces SQLite"
     os.environ["DATABASE_URL"] = f"sqlite:///{_data_dir}/test.sqlite3"
 else:
@@ -54,4 +58,9 @@ else:
 from openrath_project.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # A file, as the embedded profile uses, not Django's default shared-cache in-memory test
+    # database: there a second connection (a stream's database thread, a worker thread) gets
+    # "database table is locked" at once, while a file in WAL mode waits on the busy timeout.
+    DATABASES["default"]["TEST"] = {"NAME": f"{_data_dir}/test-db.sqlite3"}  # noqa: F405
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
