@@ -48,7 +48,10 @@ class RunAdmin(EngineAdmin):
     list_select_related = ("project",)
     json_fields = ("input", "state", "output", "error", "next_nodes", "fanout")
     date_hierarchy = "created_at"
-    ordering = ("-created_at", "-id")  # run ids are random (uuid4): newest first by time
+    # Newest first. Run ids are uuid7 (time-ordered to the millisecond, openrath_project.ids), but
+    # older runs may carry uuid4 ids (run_create used to mint those), so the time column leads
+    # and the id only breaks ties.
+    ordering = ("-created_at", "-id")
     actions = ("cancel_runs", "resume_runs")
 
     @admin.action(description="Cancel the selected runs (and their branches)")

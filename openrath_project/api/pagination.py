@@ -14,7 +14,14 @@ from openrath_project.errors import ValidationFailed
 
 
 class CursorPage(CursorPagination):
-    """Stable pages over a unique, time-ordered key; ``?limit=`` up to the configured maximum."""
+    """Stable pages in the view's ``cursor_ordering``; ``?limit=`` up to the configured maximum.
+
+    Each list view sets ``cursor_ordering`` ending in a unique key. The lists of things made over
+    time page by ``-id``, newest first: their ids are uuid7 (``openrath_project.ids``, minted in
+    the creating process, so ordered by millisecond across processes and strictly within one) or,
+    for the audit log, an auto-increment. Projects page by ``slug``. The class default
+    ``-created_at`` is not unique (ties may straddle a page boundary), so views do not rely on it.
+    """
 
     ordering = "-created_at"
     page_size_query_param = "limit"
