@@ -40,7 +40,7 @@ __all__ = [
     "register",
 ]
 
-W = TypeVar("W", bound=type[Workflow])
+W = TypeVar("W", bound=type[Workflow] | Workflow)
 
 
 class RegistryError(Exception):
@@ -62,11 +62,36 @@ class UnknownWorkflow(ValidationFailed, KeyError):
 
 @dataclass(frozen=True)
 class RegisteredWorkflow:
-    """A registered workflow: its name, its class and the plan its code compiles to."""
+    """A registered workflow: its name, its class, the plan its code compiles to and, when it
+    was registered as an instance (OpenRath's way: constructor arguments matter), that
+    instance. :meth:`build` is what a worker executes."""
 
     name: str
     cls: type[Workflow]
     plan: Plan
+    instance: Workflow | None = None
+
+    def build(self) -> Workflow:
+        """The object whose handlers run: the registered instance, else a new ``cls()``."""
+        if self.instance is not None:
+            return self.instance
+        return self.cls()
+
+
+def _check_constructible(cls: type[Workflow]) -> None:
+    """Refuse a class the runtime could not build with ``cls()`` (it needs arguments)."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # a signature Python cannot read: let building tell
+        return
+    try:
+        signature.bind()
+    except TypeError as exc:
+        raise RegistryError(
+            f"workflow {_qualified(cls)} cannot be constructed without arguments ({exc}); "
+            "register an instance instead: register(MyWorkflow(...)) or "
+            "LocalRuntime.register(MyWorkflow(...))"
+        ) from None
 
 
 def _qualified(cls: type) -> str:
@@ -89,18 +114,32 @@ class WorkflowRegistry:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def register(self, cls: type[Workflow]) -> RegisteredWorkflow:
-        """Compile and register ``cls``; registering the same class again is a no-op.
+    def register(self, workflow: type[Workflow] | Workflow) -> RegisteredWorkflow:
+        """Compile and register a workflow class or instance.
 
-        ``PlanError`` if it does not compile, ``RegistryError`` if its name is taken by another
-        class.
+        A class is built with ``cls()`` by the worker, so one that needs constructor arguments
+        is refused (``RegistryError``): register an instance of it. Registering the same class
+        again is a no-op; registering an instance (again) makes that instance the one the
+        workers run. ``PlanError`` if it does not compile, ``RegistryError`` if its name is
+        taken by another class.
         """
-        if not (isinstance(cls, type) and issubclass(cls, Workflow)):
-            raise TypeError(f"register() takes a Workflow subclass, got {cls!r}")
-        entry = RegisteredWorkflow(name=workflow_name(cls), cls=cls, plan=compile_workflow(cls))
+        instance: Workflow | None = None
+        if isinstance(workflow, Workflow):
+            instance, cls = workflow, type(workflow)
+        elif isinstance(workflow, type) and issubclass(workflow, Workflow):
+            cls = workflow
+        else:
+            raise TypeError(f"register() takes a Workflow subclass or instance, got {workflow!r}")
+        entry = RegisteredWorkflow(
+            name=workflow_name(cls), cls=cls, plan=compile_workflow(cls), instance=instance
+        )
+        if instance is None:
+            _check_constructible(cls)
         with self._lock:
             self._check_free([entry])
-            self._workflows.setdefault(entry.name, entry)
+            current = self._workflows.get(entry.name)
+            if current is None or instance is not None:
+                self._workflows[entry.name] = entry
             return self._workflows[entry.name]
 
     def discover(self, modules: Iterable[str]) -> dict[str, RegisteredWorkflow]:
@@ -121,6 +160,10 @@ class WorkflowRegistry:
                         f"workflow {_qualified(cls)} in module {module_name!r} does not "
                         f"compile: {exc}"
                     ) from exc
+                try:
+                    _check_constructible(cls)
+                except RegistryError as exc:
+                    raise RegistryError(f"in module {module_name!r}: {exc}") from None
                 found.append(RegisteredWorkflow(name=plan.name, cls=cls, plan=plan))
         by_name: dict[str, RegisteredWorkflow] = {}
         for entry in found:
@@ -242,7 +285,8 @@ def discover(
 
 
 def register(cls: W, *, registry: WorkflowRegistry | None = None) -> W:
-    """Register ``cls`` and return it unchanged, so it also works as a class decorator."""
+    """Register ``cls`` (a class or an instance) and return it unchanged, so it also works as
+    a class decorator."""
     _or_default(registry).register(cls)
     return cls
 

@@ -253,9 +253,17 @@ def test_register_and_get(registry):
 
 
 def test_register_refuses_what_is_not_a_workflow_class(registry):
-    for value in (openrath_style.OrderPipeline(), object, "OrderPipeline"):
-        with pytest.raises(TypeError, match=r"^register\(\) takes a Workflow subclass, got "):
+    for value in (object, "OrderPipeline", 42):
+        with pytest.raises(
+            TypeError, match=r"^register\(\) takes a Workflow subclass or instance, got "
+        ):
             registry.register(value)
+    assert len(registry) == 0
+    # an instance is a workflow (OpenRath registers instances): it is what the workers run
+    instance = openrath_style.OrderPipeline()
+    entry = WorkflowRegistry().register(instance)
+    assert entry.cls is openrath_style.OrderPipeline
+    assert entry.build() is instance
 
     class Empty(Workflow):
         pass

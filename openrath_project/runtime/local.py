@@ -1,0 +1,271 @@
+"""``LocalRuntime``: OpenRath's in-process runtime, driving the product's own engine.
+
+Every call goes through what the workers use: ``submit`` is ``runs_app.services.run_create``;
+``work_once`` claims with ``services.lease_claim`` (fencing token, lease) and executes with
+``runs_app.executor.execute_claim`` (checkpoints, watchdog, the effect ledger); leases and
+timers are the reconciler's (``services.reconcile``). Nothing here writes a run itself.
+
+A runtime claims only runs of the workflows registered *on it*: a script sharing a database
+with a server never takes the server's runs (nor the other way round: the server's embedded
+workers skip the library tenant).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from openrath_project.context import RunContext
+from openrath_project.runtime.effects import EffectLedger, Reconciliation, reconcile_stale_effects
+from openrath_project.runtime.models import Run, RunStatus, SchemaValidationError
+from openrath_project.runtime.store import RunStore
+
+__all__ = ["LocalRuntime"]
+
+_WAITING_FOR_PEOPLE = (RunStatus.WAITING, RunStatus.NEEDS_REVIEW)
+
+
+def _project(context: RunContext) -> Any:
+    """The context's project (tenant slug / project slug), created on first use in a script
+    and for the library tenant; elsewhere it must exist."""
+    from openrath_project.errors import Conflict
+    from openrath_project.library import default_project, is_library_process, library_tenant_slug
+    from openrath_project.tenancy.models import Project, Tenant
+    from openrath_project.tenancy.services import project_create, tenant_create
+
+    tenant_slug, project_slug = context.tenant_id, context.project
+    if tenant_slug == library_tenant_slug() and project_slug == "default":
+        return default_project()
+    project = (
+        Project.objects.select_related("tenant")
+        .filter(tenant__slug=tenant_slug, slug=project_slug)
+        .first()
+    )
+    if project is not None:
+        return project
+    if not is_library_process():
+        raise LookupError(
+            f"no project {tenant_slug}/{project_slug}: create it (manage.py or the console) "
+            "before submitting runs to it"
+        )
+    tenant = Tenant.objects.filter(slug=tenant_slug).first()
+    if tenant is None:
+        try:
+            tenant = tenant_create(slug=tenant_slug, name=tenant_slug)
+        except Conflict:
+            tenant = Tenant.objects.get(slug=tenant_slug)
+    try:
+        return project_create(tenant=tenant, slug=project_slug, name=project_slug)
+    except Conflict:
+        return Project.objects.get(tenant=tenant, slug=project_slug)
+
+
+def _check_schema(schema: Any, value: Any, where: str) -> None:
+    if not schema:
+        return
+    import jsonschema
+
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as exc:
+        raise SchemaValidationError(f"{where} does not match the schema: {exc.message}") from None
+
+
+class LocalRuntime:
+    """Submit runs and execute them in this process, through the workers' own path."""
+
+    def __init__(
+        self,
+        store: RunStore | None = None,
+        *,
+        effect_ledger: EffectLedger | None = None,
+        production_mode: bool = False,
+        registry: Any = None,
+    ) -> None:
+        from runs_app.registry import WorkflowRegistry
+
+        self.store = store if store is not None else RunStore.configured()
+        self.effect_ledger = effect_ledger if effect_ledger is not None else EffectLedger()
+        if production_mode:
+            from django.db import connection
+
+            if connection.vendor != "postgresql":
+                raise ValueError(
+                    "production_mode=True needs the PostgreSQL store (PostgresRunStore); in "
+                    "production, run the server and its workers (openrath-server, "
+                    "openrath-worker) and list workflows in OPENRATH_WORKFLOW_MODULES"
+                )
+        self.production_mode = production_mode
+        self.registry = registry if registry is not None else WorkflowRegistry()
+
+    # -- workflows ----------------------------------------------------------------------------
+
+    def register(self, workflow: Any, *, revision_id: uuid.UUID | None = None) -> Any:
+        """Register a workflow *instance* (or a class the runtime can build with ``cls()``);
+        returns the registry entry. ``revision_id`` is accepted for OpenRath's signature: a
+        run pins the plan hash of the code, which is what identifies a revision here."""
+        return self.registry.register(workflow)
+
+    def _entry(self, workflow: Any) -> Any:
+        from runs_app.workflow import workflow_name
+
+        if isinstance(workflow, str):
+            return self.registry.get(workflow)
+        name = workflow_name(workflow)
+        current = self.registry.get(name) if name in self.registry else None
+        if current is None or (not isinstance(workflow, type) and current.instance is not workflow):
+            return self.register(workflow)
+        return current
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        workflow: Any,
+        *,
+        session_id: uuid.UUID | str | None = None,
+        context: RunContext | None = None,
+        state: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+    ) -> Run:
+        """Queue a run (``runs_app.services.run_create``) and return it.
+
+        ``session_id`` naming a stored session of the project: the run works on a fork of it;
+        any other id (OpenRath callers often pass a fresh ``uuid4()``): the run gets a new
+        working session. The same ``idempotency_key`` with the same request returns the first
+        run; with a different request it raises ``ConflictError``.
+        """
+        from runs_app import services
+        from sessions_app.models import Session
+
+        entry = self._entry(workflow)
+        context = context or RunContext.local()
+        initial = dict(state or {})
+        _check_schema(getattr(entry.cls, "input_schema", None), initial, "the submitted state")
+        project = _project(context)
+        session = None
+        if session_id is not None:
+            session = Session.objects.filter(id=str(session_id), project=project).first()
+        digest = services.request_digest(
+            {
+                "workflow": entry.name,
+                "state": initial,
+                "session": str(session_id) if session_id is not None else None,
+                "priority": priority,
+            }
+        )
+        row, _created = services.run_create(
+            project=project,
+            workflow=entry,
+            state=initial,
+            session=session,
+            priority=priority,
+            deadline=context.deadline,
+            idempotency_key=idempotency_key,
+            digest_of_request=digest,
+            created_by=context.principal.actor,
+        )
+        return self.store.get_run(row.id)
+
+    def work_once(
+        self,
+        *,
+        worker_id: str | None = None,
+        lease_seconds: int | None = None,
+        max_steps: int | None = None,
+        now: datetime | None = None,
+    ) -> Run | None:
+        """Claim one queued run of this runtime's workflows and execute it until it ends, waits
+        for a person, or has run ``max_steps`` steps (it then stays ``running`` under this
+        worker's lease until the lease expires). A step retry scheduled on the way is followed
+        in this call: it waits for the durable timer and claims the run again. ``None`` when
+        nothing was claimable. ``now`` is accepted for OpenRath's signature; the database's
+        clock decides what is due."""
+        from runs_app import services
+        from runs_app.executor import execute_claim
+        from runs_app.models import Run as RunRow
+
+        worker = worker_id or f"local:{uuid.uuid4().hex[:8]}"
+        names = tuple(self.registry.names())
+        claim = services.lease_claim(worker=worker, workflows=names, lease_seconds=lease_seconds)
+        if claim is None:
+            return None
+        steps_left = max_steps
+        while True:
+            outcome = execute_claim(claim, registry=self.registry, max_steps=steps_left)
+            if steps_left is not None:
+                steps_left -= outcome.steps
+            row = RunRow.objects.only("status", "wake_at").get(id=claim.run_id)
+            retrying = row.status == "queued" and row.wake_at is not None
+            if not retrying or (steps_left is not None and steps_left <= 0):
+                break
+            _sleep_until(row.wake_at)
+            claim = None
+            while claim is None:  # another worker may hold it meanwhile: then it is theirs
+                claim = services.lease_claim(
+                    worker=worker, run_id=row.id, workflows=names, lease_seconds=lease_seconds
+                )
+                if claim is None:
+                    current = RunRow.objects.only("status", "wake_at").get(id=row.id)
+                    if current.status != "queued":
+                        return self.store.get_run(row.id)
+                    _sleep_until(current.wake_at)
+        return self.store.get_run(claim.run_id)
+
+    def run_until_done(
+        self,
+        run_id: uuid.UUID | str,
+        *,
+        worker_id: str | None = None,
+        timeout: float | None = None,
+        poll_seconds: float = 0.05,
+    ) -> Run:
+        """Drive one run until it ends or waits for a person (an interrupt, a review),
+        sleeping through its durable timers (retry back-off) and requeueing an expired lease;
+        ``TimeoutError`` after ``timeout`` seconds."""
+        from runs_app import services
+        from runs_app.executor import execute_claim
+
+        worker = worker_id or f"local:{uuid.uuid4().hex[:8]}"
+        names = tuple(self.registry.names())
+        started = time.monotonic()
+        while True:
+            run = self.store.get_run(run_id)
+            if run.terminal or run.status in _WAITING_FOR_PEOPLE:
+                return run
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TimeoutError(f"run {run_id} is still {run.status.value} after {timeout}s")
+            claim = None
+            if run.status is RunStatus.QUEUED:
+                claim = services.lease_claim(worker=worker, run_id=run.id, workflows=names)
+            if claim is not None:
+                execute_claim(claim, registry=self.registry)
+                continue
+            services.reconcile()  # an expired lease is requeued, a passed deadline ends it
+            time.sleep(poll_seconds)
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def requeue_expired_leases(self, *, now: datetime | None = None) -> tuple[uuid.UUID, ...]:
+        return self.store.requeue_expired_leases(now=now)
+
+    def reconcile_effects(
+        self, *, grace_seconds: float = 0, now: datetime | None = None
+    ) -> Reconciliation:
+        return reconcile_stale_effects(
+            self.effect_ledger, self.store, grace_seconds=grace_seconds, now=now
+        )
+
+
+def _sleep_until(moment: datetime | None) -> None:
+    from django.utils import timezone
+
+    if moment is None:
+        return
+    delay = (moment - timezone.now()).total_seconds()
+    if delay > 0:
+        time.sleep(min(delay, 60.0))

@@ -1,0 +1,507 @@
+"""Run stores: OpenRath's ``SQLiteRunStore`` / ``PostgresRunStore`` as facades over this
+product's Django models and services (one implementation: every write goes through
+``runs_app.services`` / ``runs_app.interrupts``, every read through the models).
+
+Which database a store means
+----------------------------
+A process has one configured database (Django's ``default``). A store names it:
+
+* in a plain script, before anything configured Django, ``SQLiteRunStore(path)`` /
+  ``PostgresRunStore(dsn)`` *configures* it (``DATABASE_URL``) and the library bootstrap
+  (``openrath_project.library``) sets Django up and migrates;
+* in a library process already set up, a ``SQLiteRunStore`` naming another file re-points the
+  process's database to that file (migrated on first use) — one store at a time per process,
+  as OpenRath's tests use them; a ``PostgresRunStore`` must name the configured database;
+* in a configured process (server, worker, pytest-django) the store must name the configured
+  database, else :class:`StoreMismatch` says which one is configured.
+  :meth:`RunStore.configured` is the store of whatever database is configured.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from openrath_project.library import ensure_ready, is_library_process
+from openrath_project.runtime.models import (
+    DECISION_OF_KIND,
+    EVENT_TYPE_OF,
+    ApprovalDecision,
+    Checkpoint,
+    ConflictError,
+    Interrupt,
+    InterruptKind,
+    Run,
+    RunEvent,
+    RunStatus,
+    UnsupportedOperation,
+    freeze,
+    thaw,
+)
+
+__all__ = [
+    "Claim",
+    "Lease",
+    "PostgresRunStore",
+    "RunStore",
+    "SQLiteRunStore",
+    "StoreMismatch",
+]
+
+
+class StoreMismatch(ValueError):
+    """The store names a database other than the one this process is configured with."""
+
+
+def _settings_untouched() -> bool:
+    from django.apps import apps
+    from django.conf import settings
+
+    return not apps.ready and not settings.configured and not os.environ.get("DATABASE_URL")
+
+
+def _bind_sqlite(path: Path) -> None:
+    target = path.expanduser().resolve()
+    if _settings_untouched():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.environ["DATABASE_URL"] = f"sqlite:///{target}"
+    ensure_ready()
+    from django.db import connections
+
+    current = connections["default"].settings_dict
+    if current["ENGINE"].endswith("sqlite3"):
+        name = str(current["NAME"])
+        if name == str(path) or (not name.startswith("file:") and Path(name).resolve() == target):
+            return
+        if is_library_process():
+            _switch_sqlite(target)
+            return
+    raise StoreMismatch(
+        f"SQLiteRunStore({str(path)!r}) names another database than this process's "
+        f"({current['ENGINE'].rsplit('.', 1)[-1]} {current['NAME']!s}); in a configured process "
+        "use RunStore.configured(), or set DATABASE_URL before the first import"
+    )
+
+
+def _switch_sqlite(target: Path) -> None:
+    """Re-point a library process's SQLite database to ``target`` (migrated on first use)."""
+    from django.db import connections
+
+    from openrath_project.library import _migrate_if_needed
+
+    connection = connections["default"]
+    connection.close()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    connection.settings_dict["NAME"] = str(target)
+    _migrate_if_needed(target.parent)
+
+
+def _bind_postgres(dsn: str) -> None:
+    if _settings_untouched():
+        os.environ["DATABASE_URL"] = dsn
+    ensure_ready()
+    from django.db import connections
+
+    current = connections["default"].settings_dict
+    wanted = urlsplit(dsn)
+    same = (
+        "postgresql" in current["ENGINE"]
+        and unquote(wanted.path.lstrip("/")) == str(current["NAME"])
+        and (wanted.hostname or "") in ("", str(current.get("HOST") or ""))
+        and (wanted.port or None) in (None, int(current.get("PORT") or 5432))
+    )
+    if not same:
+        raise StoreMismatch(
+            f"PostgresRunStore names database {unquote(wanted.path.lstrip('/'))!r} on "
+            f"{wanted.hostname or 'localhost'}, but this process uses "
+            f"{current['ENGINE'].rsplit('.', 1)[-1]} {current['NAME']!s}; set DATABASE_URL to "
+            "the same DSN (or use RunStore.configured())"
+        )
+
+
+class Lease:
+    """A claim's lease: who holds it, its fencing token, when it expires."""
+
+    def __init__(self, *, holder_worker_id: str, fencing_token: int, expires_at: datetime) -> None:
+        self.holder_worker_id = holder_worker_id
+        self.fencing_token = fencing_token
+        self.expires_at = expires_at
+
+    def __repr__(self) -> str:
+        return f"Lease({self.holder_worker_id!r}, token={self.fencing_token})"
+
+
+class Claim:
+    """What ``claim_next`` returns: the run (now running) and its lease."""
+
+    def __init__(self, run: Run, lease: Lease, claim: Any) -> None:
+        self.run = run
+        self.lease = lease
+        self.service_claim = claim
+
+
+class RunStore:
+    """Reads and decisions over the product's runs (see the module docstring)."""
+
+    def __init__(self) -> None:
+        ensure_ready()
+
+    @classmethod
+    def configured(cls) -> RunStore:
+        """The store of this process's configured database."""
+        return cls()
+
+    def close(self) -> None:
+        from django.db import connections
+
+        connections["default"].close()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _row(self, run_id: uuid.UUID | str) -> Any:
+        from runs_app.models import Run as RunRow
+
+        try:
+            return RunRow.objects.select_related("tenant", "project").get(id=run_id)
+        except RunRow.DoesNotExist:
+            raise KeyError(f"no run {run_id}") from None
+
+    def _value(self, row: Any) -> Run:
+        from openrath_project import large_values
+
+        return Run.of(
+            row,
+            tenant_slug=row.tenant.slug,
+            project_slug=row.project.slug,
+            state=large_values.hydrate(row.tenant_id, row.state),
+        )
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def get_run(self, run_id: uuid.UUID | str) -> Run:
+        return self._value(self._row(run_id))
+
+    def list_runs(
+        self, *, tenant_id: str | None = None, status: RunStatus | str | None = None
+    ) -> tuple[Run, ...]:
+        from runs_app.models import Run as RunRow
+
+        rows = RunRow.objects.select_related("tenant", "project").order_by("created_at")
+        if tenant_id is not None:
+            rows = rows.filter(tenant__slug=tenant_id)
+        if status is not None:
+            rows = rows.filter(status=str(status))
+        return tuple(self._value(row) for row in rows)
+
+    def create_run(self, run: Run) -> Run:
+        raise UnsupportedOperation(
+            "RunStore.create_run",
+            "a run is created for a registered workflow (its plan, project and working "
+            "session), never as a bare row",
+            "LocalRuntime(store).submit(workflow, ...)",
+        )
+
+    def transition_run(
+        self,
+        run_id: uuid.UUID | str,
+        *,
+        expected_version: int,
+        target: RunStatus | str,
+        reason: str = "",
+        actor: str = "",
+    ) -> Run:
+        """Move a run by hand (an operator's action), guarded by ``expected_version``.
+
+        ``cancelled`` cancels it (a worker still executing it loses its lease: its late
+        checkpoint is refused); ``queued`` resumes a ``needs_review`` run; ``failed`` /
+        ``timed_out`` end it. ``running`` and ``waiting`` are the worker's and a step's own
+        transitions: use ``claim_next`` / ``ctx.interrupt``.
+        """
+        from runs_app import services
+        from runs_app.transitions import check_transition
+
+        wanted = RunStatus(str(target))
+        row = self._row(run_id)
+        if row.event_seq != expected_version:
+            raise ConflictError(
+                f"the run is at version {row.event_seq}, not {expected_version}",
+                code="version_conflict",
+                details={"version": row.event_seq},
+            )
+        check_transition(row.status, wanted.value)
+        if wanted is RunStatus.CANCELLED:
+            services.run_cancel(run=row, reason=reason, actor=actor)
+        elif wanted is RunStatus.QUEUED and row.status == "needs_review":
+            services.run_resume(run=row, reason=reason or "resumed", actor=actor)
+        elif wanted in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+            services.run_transition(
+                run_id=row.id,
+                to=wanted.value,
+                event=f"run.{wanted.value}",
+                expect=[row.status],
+                data={"reason": reason, "by": actor},
+                changes={"error": {"type": "Operator", "message": reason or wanted.value}},
+            )
+        else:
+            raise UnsupportedOperation(
+                f"transition_run(target={wanted.value!r}) from {row.status!r}",
+                "that transition belongs to a worker (claim, retry, interrupt), which makes it "
+                "under its lease",
+                "claim_next() / LocalRuntime.work_once()",
+            )
+        return self.get_run(row.id)
+
+    # -- checkpoints and events ---------------------------------------------------------------
+
+    def list_checkpoints(self, run_id: uuid.UUID | str) -> tuple[Checkpoint, ...]:
+        from effects_app.models import EffectRecord
+        from openrath_project import large_values
+        from runs_app import services
+        from runs_app.models import Checkpoint as CheckpointRow
+
+        row = self._row(run_id)
+        finished: list[datetime] = [
+            at
+            for at in EffectRecord.objects.filter(
+                run_id=row.id, finished_at__isnull=False
+            ).values_list("finished_at", flat=True)
+            if at is not None
+        ]
+        values = []
+        for checkpoint in CheckpointRow.objects.filter(run=row).order_by("seq"):
+            state = large_values.hydrate(row.tenant_id, services.run_state_at(row, checkpoint.seq))
+            values.append(
+                Checkpoint(
+                    run_id=row.id,
+                    sequence=checkpoint.seq,
+                    step=checkpoint.step,
+                    state=freeze(state),
+                    next_nodes=tuple(checkpoint.next_nodes or ()),
+                    plan_hash=row.plan_id,
+                    attempt=checkpoint.attempt,
+                    fencing_token=checkpoint.fencing_token,
+                    effect_watermark=len([at for at in finished if at <= checkpoint.created_at]),
+                    created_at=checkpoint.created_at,
+                )
+            )
+        return tuple(values)
+
+    def latest_checkpoint(self, run_id: uuid.UUID | str) -> Checkpoint | None:
+        checkpoints = self.list_checkpoints(run_id)
+        return checkpoints[-1] if checkpoints else None
+
+    def append_checkpoint(self, checkpoint: Checkpoint) -> None:
+        Checkpoint.create()  # raises UnsupportedOperation, naming the alternative
+
+    def list_run_events(self, run_id: uuid.UUID | str) -> tuple[RunEvent, ...]:
+        from runs_app.models import RunEvent as EventRow
+
+        row = self._row(run_id)
+        return tuple(
+            RunEvent(
+                run_id=row.id,
+                sequence=event.seq,
+                type=EVENT_TYPE_OF.get(event.type, event.type),
+                product_type=event.type,
+                step=event.step,
+                data=freeze(_event_data(event.type, event.data or {})),
+                created_at=event.created_at,
+            )
+            for event in EventRow.objects.filter(run=row).order_by("seq")
+        )
+
+    # -- interrupts ---------------------------------------------------------------------------
+
+    def _interrupt(self, row: Any) -> Interrupt:
+        return Interrupt(
+            id=row.id,
+            run_id=row.run_id,
+            tenant_id=row.tenant.slug,
+            kind=InterruptKind(row.kind),
+            step=row.step,
+            request=freeze(
+                row.request if isinstance(row.request, dict) else {"value": row.request}
+            ),
+            request_digest=row.request_digest,
+            status=row.status,
+            decision=row.decision,
+            response=freeze(row.response),
+            reason=row.reason,
+            decided_by=row.resolved_by,
+            expires_at=row.expires_at,
+            created_at=row.created_at,
+        )
+
+    def get_interrupt(self, interrupt_id: uuid.UUID | str) -> Interrupt:
+        from runs_app.models import Interrupt as InterruptRow
+
+        return self._interrupt(InterruptRow.objects.select_related("tenant").get(id=interrupt_id))
+
+    def list_interrupts(
+        self,
+        *,
+        tenant_id: str | None = None,
+        pending_only: bool = True,
+        run_id: uuid.UUID | str | None = None,
+    ) -> tuple[Interrupt, ...]:
+        from runs_app.models import Interrupt as InterruptRow
+
+        rows = InterruptRow.objects.select_related("tenant").order_by("created_at")
+        if tenant_id is not None:
+            rows = rows.filter(tenant__slug=tenant_id)
+        if pending_only:
+            rows = rows.filter(status="pending")
+        if run_id is not None:
+            rows = rows.filter(run_id=run_id)
+        return tuple(self._interrupt(row) for row in rows)
+
+    def decide_interrupt(
+        self,
+        interrupt_id: uuid.UUID | str,
+        *,
+        decision: ApprovalDecision,
+        expected_run_version: int | None = None,
+    ) -> Run:
+        """Resolve a pending interrupt (``runs_app.interrupts.interrupt_resolve``) and return
+        the run, requeued. ``EDIT`` is stored as ``respond`` with the payload (the step reads
+        the edited arguments from ``decision.payload``)."""
+        from runs_app.interrupts import interrupt_resolve
+        from runs_app.models import Interrupt as InterruptRow
+
+        row = InterruptRow.objects.get(id=interrupt_id)
+        if expected_run_version is not None:
+            current = self._row(row.run_id).event_seq
+            if current != expected_run_version:
+                raise ConflictError(
+                    f"the run is at version {current}, not {expected_run_version}",
+                    code="version_conflict",
+                    details={"version": current},
+                )
+        stored = DECISION_OF_KIND[decision.kind]
+        payload = thaw(decision.payload) if decision.payload else None
+        interrupt_resolve(
+            interrupt=row,
+            decision=stored,
+            response=payload if stored != "respond" else (payload or {}),
+            reason=decision.reason,
+            actor=decision.actor_id,
+        )
+        return self.get_run(row.run_id)
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def claim_next(
+        self,
+        *,
+        worker_id: str,
+        lease_seconds: int | None = None,
+        now: datetime | None = None,
+    ) -> Claim | None:
+        """Claim the next queued run (``runs_app.services.lease_claim``; the database's clock
+        decides what is due, ``now`` is accepted for OpenRath's signature)."""
+        from runs_app import services
+
+        claim = services.lease_claim(worker=worker_id, lease_seconds=lease_seconds)
+        return None if claim is None else self._claim(claim)
+
+    def _claim(self, claim: Any) -> Claim:
+        run = self.get_run(claim.run_id)
+        assert run.lease_expires_at is not None
+        lease = Lease(
+            holder_worker_id=claim.worker,
+            fencing_token=claim.token,
+            expires_at=run.lease_expires_at,
+        )
+        return Claim(run, lease, claim)
+
+    def renew_lease(
+        self,
+        run_id: uuid.UUID | str,
+        *,
+        worker_id: str,
+        fencing_token: int,
+        lease_seconds: int | None = None,
+    ) -> Lease:
+        """Extend the lease (the workers' heartbeat); ``ConflictError`` for a stale token."""
+        from runs_app import services
+
+        claim = services.Claim(
+            run_id=uuid.UUID(str(run_id)),
+            token=fencing_token,
+            worker=worker_id,
+            lease_seconds=lease_seconds,
+        )
+        if not services.lease_heartbeat(claim=claim):
+            raise ConflictError(
+                f"stale fencing token {fencing_token} for run {run_id}: the lease is not "
+                "this worker's any more",
+                code="stale_lease",
+            )
+        run = self.get_run(run_id)
+        assert run.lease_expires_at is not None
+        return Lease(
+            holder_worker_id=worker_id, fencing_token=fencing_token, expires_at=run.lease_expires_at
+        )
+
+    def assert_fencing_token(
+        self, run_id: uuid.UUID | str, *, worker_id: str, fencing_token: int
+    ) -> None:
+        run = self.get_run(run_id)
+        if (
+            run.status is not RunStatus.RUNNING
+            or run.fencing_token != fencing_token
+            or run.lease_owner != worker_id
+        ):
+            raise ConflictError(
+                f"stale fencing token {fencing_token} for run {run_id} (current "
+                f"{run.fencing_token}, held by {run.lease_owner or 'nobody'})",
+                code="stale_lease",
+            )
+
+    def requeue_expired_leases(self, *, now: datetime | None = None) -> tuple[uuid.UUID, ...]:
+        """Requeue runs whose lease expired before ``now`` (the reconciler,
+        ``runs_app.services.reconcile``); returns their ids."""
+        from django.utils import timezone
+
+        from runs_app import services
+        from runs_app.models import Run as RunRow
+
+        moment = now or timezone.now()
+        expired = dict(
+            RunRow.objects.filter(status="running", lease_expires_at__lt=moment).values_list(
+                "id", "fencing_token"
+            )
+        )
+        services.reconcile(now=moment)
+        moved = RunRow.objects.filter(id__in=list(expired)).exclude(status="running")
+        return tuple(sorted(moved.values_list("id", flat=True), key=str))
+
+
+def _event_data(product_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Event data with OpenRath's ``error_type`` next to the product's ``type``."""
+    if product_type in ("run.failed", "run.timed_out", "step.retry_scheduled") and "type" in data:
+        return {**data, "error_type": data["type"]}
+    return data
+
+
+class SQLiteRunStore(RunStore):
+    """The embedded profile's store: ``SQLiteRunStore(path)`` (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        _bind_sqlite(self.path)
+        super().__init__()
+
+
+class PostgresRunStore(RunStore):
+    """The production profile's store: ``PostgresRunStore(dsn)`` must name the configured
+    database (or configure it, in a plain script)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        _bind_postgres(dsn)
+        super().__init__()
