@@ -44,7 +44,15 @@ from runs_app.control import (
     StepTimeout,
 )
 from runs_app.models import Run
-from runs_app.plan import Plan, PlanNode, RouteError, bind_handlers, call_handler
+from runs_app.plan import (
+    Plan,
+    PlanNode,
+    RouteError,
+    StateSchemaError,
+    bind_handlers,
+    call_handler,
+    check_state,
+)
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow, WorkflowRegistry
 from runs_app.state_delta import check_json_state
 from sessions_app import context as session_context
@@ -55,10 +63,39 @@ from sessions_app.value import Session as FlowSession
 logger = logging.getLogger(__name__)
 
 
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    """Raise ``exc_type`` asynchronously in the thread (``None`` clears a pending one)."""
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` asynchronously in the thread, at its next bytecode boundary.
+
+    Only ever called to stop a step, never to clear: on CPython 3.11 clearing
+    (``PyThreadState_SetAsyncExc(tid, NULL)``) leaves the interpreter's "async exception"
+    eval-breaker flag set for good, and every later ``sys.settrace`` / ``sys.setprofile`` user
+    (pdb, cProfile, trace-based coverage) then spins. A stop raised too late to matter is
+    absorbed instead (:meth:`Watchdog.end_step`), which clears the flag the normal way.
+    """
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+    )
+
+
+def _tracked(exc_type: type[StepInterrupted], delivered: Callable[[], None]) -> type:
+    """A subclass of ``exc_type`` (same name) that reports when it is raised in the thread.
+
+    The interpreter instantiates an asynchronous exception before any Python code of the
+    thread can see it, so "instantiated" means "delivered, no longer pending".
+    """
+
+    def __init__(self: BaseException, *args: Any) -> None:
+        delivered()
+        exc_type.__init__(self, *args)
+
+    return type(
+        exc_type.__name__,
+        (exc_type,),
+        {
+            "__init__": __init__,
+            "__module__": exc_type.__module__,
+            "__qualname__": exc_type.__qualname__,
+        },
     )
 
 
@@ -85,22 +122,47 @@ class Watchdog(threading.Thread):
         self._in_step = False
         self._step_deadline: float | None = None
         self._raised_at: float | None = None
+        self._delivered = False
         self.raised: type[StepInterrupted] | None = None
         self.lost = False
         self.abandoned = False
+        self.step_started = 0.0
 
     def begin_step(self, timeout_seconds: float | None) -> None:
         with self._lock:
             self._in_step = True
             self._raised_at = None
+            self._delivered = False
             self.raised = None
-            self._step_deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
+            self.step_started = time.monotonic()
+            self._step_deadline = self.step_started + timeout_seconds if timeout_seconds else None
 
     def end_step(self) -> None:
+        """The step is over: nothing more is raised into its thread, and a stop raised too late
+        to matter (still pending) is absorbed here. Idempotent; called from the step's thread.
+        The stop may also surface from this call itself (the caller treats it as the step's)."""
         with self._lock:
             self._in_step = False
             self._step_deadline = None
-            _raise_in_thread(self.target, None)  # drop one raised too late to matter
+            pending = self._raised_at is not None and not self._delivered
+        if pending:
+            self._absorb()
+
+    def _mark_delivered(self) -> None:
+        self._delivered = True
+
+    def _absorb(self) -> None:
+        """Let the pending stop fire here, where it is dropped (it fires at the first check of
+        the eval breaker, already signalled: a loop's backward jump)."""
+        give_up = time.monotonic() + 5
+        while not self._delivered and time.monotonic() < give_up:
+            try:
+                while not self._delivered and time.monotonic() < give_up:
+                    pass
+            except StepInterrupted:
+                pass
+        if not self._delivered:  # pragma: no cover - the interpreter never delivered it
+            logger.error("run %s: a pending stop was not delivered", self.claim.run_id)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -111,7 +173,7 @@ class Watchdog(threading.Thread):
                 return
             self.raised = exc_type
             self._raised_at = time.monotonic()
-            _raise_in_thread(self.target, exc_type)
+            _raise_in_thread(self.target, _tracked(exc_type, self._mark_delivered))
         logger.warning("interrupting run %s: %s", self.claim.run_id, exc_type.__name__)
 
     def run(self) -> None:
@@ -217,6 +279,26 @@ class StepContext:
             default=default,
             sequence=self._interrupt_calls,
             raise_on_reject=raise_on_reject,
+        )
+
+    @property
+    def request(self) -> Any:
+        """OpenRath's ``context.request``: the run's ``RunContext`` (security, deadline,
+        project), rebuilt from the stored run, so it is the same in any worker process."""
+        from openrath_project.context import RunContext
+        from openrath_project.security import Principal, SecurityContext
+
+        run = (
+            Run.objects.select_related("tenant")
+            .only("tenant__slug", "created_by")
+            .get(id=self.run_id)
+        )
+        return RunContext(
+            security=SecurityContext(
+                principal=Principal.from_actor(run.created_by), tenant_id=run.tenant.slug
+            ),
+            deadline=self.deadline,
+            project=getattr(self.project, "slug", "default"),
         )
 
     def effect(
@@ -327,9 +409,15 @@ def _call(node: PlanNode, handler: Callable[..., Any], state: Any, ctx: StepCont
 
 
 def execute_claim(
-    claim: services.Claim, *, registry: WorkflowRegistry, process_mode: bool = False
+    claim: services.Claim,
+    *,
+    registry: WorkflowRegistry,
+    process_mode: bool = False,
+    max_steps: int | None = None,
 ) -> Outcome:
-    """Run the claimed run's steps until it ends, waits, retries later or loses its lease."""
+    """Run the claimed run's steps until it ends, waits, retries later or loses its lease
+    (or, with ``max_steps``, stops at the first checkpoint after that many steps, the run still
+    ``running`` under this lease: ``LocalRuntime.work_once(max_steps=)``)."""
     run = Run.objects.select_related("project").get(id=claim.run_id)
     with log_context(run=run.id, tenant=run.tenant_id, worker=claim.worker):
         try:
@@ -358,7 +446,7 @@ def execute_claim(
         )
         watchdog.start()
         try:
-            return _execute(run, claim, registered, watchdog)
+            return _execute(run, claim, registered, watchdog, max_steps=max_steps)
         except services.StaleLease:
             return Outcome("lost")
         finally:
@@ -392,11 +480,27 @@ def _flush_held(buffer: session_context.StepBuffer, claim: services.Claim) -> No
 
 
 def _execute(
-    run: Run, claim: services.Claim, registered: RegisteredWorkflow, watchdog: Watchdog
+    run: Run,
+    claim: services.Claim,
+    registered: RegisteredWorkflow,
+    watchdog: Watchdog,
+    *,
+    max_steps: int | None = None,
 ) -> Outcome:
     plan: Plan = registered.plan
-    handlers = bind_handlers(plan, registered.cls())
     state = services.run_state_at(run)
+    try:
+        workflow = registered.build()
+    except Exception as exc:  # the workflow cannot be constructed: that is the run's error
+        node = run.next_nodes[0] if run.next_nodes else plan.entry
+        services.run_fail(
+            claim=claim,
+            step=node,
+            state=state,
+            error=_error(exc, node, run.attempt) | {"while": "constructing the workflow"},
+        )
+        return Outcome("failed")
+    handlers = bind_handlers(plan, workflow)
     checkpoint_seq = run.checkpoint_seq
     session = _prepare_session(run, claim)
     node_id = run.next_nodes[0] if run.next_nodes else plan.entry
@@ -439,27 +543,37 @@ def _execute(
         )
         watchdog.begin_step(node.timeout_seconds)
         try:
-            # A fresh copy the handler may mutate, with large values read back from artifacts.
-            working_state = large_values.hydrate(run.tenant_id, state)
-            with (
-                session_context.writing(
-                    actor=f"run:{run.id}",
-                    run_id=run.id,
-                    step=node_id,
-                    agent="",
-                    fence=fence,
-                    project=run.project,
-                    decisions=LedgerDecisions(ctx),
-                    buffer=buffer,
-                    effects=ctx.effect,
-                    budget=functools.partial(budget_check, ctx) if budgets else None,
-                ),
-                log_context(step=node_id),
-                observe_step(run.workflow),
-            ):
-                if budgets:
-                    budget_check(ctx)
-                result = _call(node, handlers[node_id], working_state, ctx)
+            try:
+                # A fresh copy the handler may mutate, with large values read back from artifacts.
+                working_state = large_values.hydrate(run.tenant_id, state)
+                with (
+                    session_context.writing(
+                        actor=f"run:{run.id}",
+                        run_id=run.id,
+                        step=node_id,
+                        agent="",
+                        fence=fence,
+                        project=run.project,
+                        decisions=LedgerDecisions(ctx),
+                        buffer=buffer,
+                        effects=ctx.effect,
+                        budget=functools.partial(budget_check, ctx) if budgets else None,
+                    ),
+                    log_context(step=node_id),
+                    observe_step(run.workflow),
+                ):
+                    if budgets:
+                        budget_check(ctx)
+                    result = _call(node, handlers[node_id], working_state, ctx)
+                _check_overrun(node, watchdog.step_started)
+            finally:
+                # Ended before the handlers below run, so no stop can reach them. A stop that
+                # surfaces as the step ends is still the step's: handled below as such.
+                try:
+                    watchdog.end_step()
+                except StepInterrupted:
+                    watchdog.end_step()
+                    raise
         except StepSuspended:
             return Outcome("waiting", steps)
         except LeaseLost:
@@ -489,8 +603,6 @@ def _execute(
                 return Outcome("lost", steps)
             _flush_held(buffer, claim)
             return _step_failed(claim, node, attempt, exc, state)
-        finally:
-            watchdog.end_step()
         steps += 1
         try:
             if node.kind == "router":
@@ -513,19 +625,20 @@ def _execute(
                 new_state, next_nodes = state, [route.targets[0]]
                 event, event_data = "router.decided", {"choice": route.targets[0]}
             else:
-                new_state = large_values.offload(
-                    run.tenant_id,
-                    check_json_state(
-                        working_state if result is None else result,
-                        where=f"the state step {node_id!r} returned",
-                    ),
+                returned = check_json_state(
+                    working_state if result is None else result,
+                    where=f"the state step {node_id!r} returned",
                 )
+                check_state(plan, returned, step=node_id)
+                new_state = large_values.offload(run.tenant_id, returned)
                 next_nodes, event, event_data = list(node.successors), "step.completed", {}
-        except (RouteError, TypeError) as exc:
+        except (RouteError, TypeError, StateSchemaError) as exc:
+            # Not retried: the same code returns the same thing again (as in OpenRath).
             _flush_held(buffer, claim)
-            services.run_fail(
-                claim=claim, step=node_id, state=state, error=_error(exc, node_id, attempt)
-            )
+            error = _error(exc, node_id, attempt)
+            if isinstance(exc, StateSchemaError):
+                error["details"] = exc.details
+            services.run_fail(claim=claim, step=node_id, state=state, error=error)
             return Outcome("failed", steps)
         except DomainError as exc:  # the artifact store refused a large value: retry the step
             _flush_held(buffer, claim)
@@ -548,10 +661,27 @@ def _execute(
             )
         if not next_nodes:
             return Outcome("succeeded", steps)
+        if commits and max_steps is not None and steps >= max_steps:
+            return Outcome("running", steps)  # the lease stays this worker's until it expires
         if joining:
             services.fanout_clear(claim=claim)
             joining = False
         state, node_id, attempt = new_state, next_nodes[0], 1
+
+
+def _check_overrun(node: PlanNode, started: float) -> None:
+    """A step that returned after its ``timeout_seconds`` timed out all the same (as in
+    OpenRath): its result is discarded and the attempt fails with :class:`StepTimeout`
+    (retried as declared, else ``timed_out``). Preemption stops the long ones; this catches
+    the overruns that end before the watchdog's next look."""
+    if node.timeout_seconds is None:
+        return
+    elapsed = time.monotonic() - started
+    if elapsed > node.timeout_seconds:
+        raise StepTimeout(
+            f"step {node.id!r} ran {elapsed:.3f}s, over its timeout_seconds="
+            f"{node.timeout_seconds:g}; its result is discarded"
+        )
 
 
 def _step_failed(

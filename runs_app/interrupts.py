@@ -5,7 +5,7 @@
 (API, console, admin) validates the response against the schema, records who decided what
 (bound to the request's digest) and requeues the run; the step runs again from its start and
 the same call now returns the :class:`Decision`. Expiry (the reconciler) applies the declared
-default (reject when none is declared). A second resolution is a 409.
+default; with none declared the run ends ``timed_out``. A second resolution is a 409.
 """
 
 from __future__ import annotations
@@ -273,18 +273,24 @@ def interrupt_resolve(
 
 
 def interrupts_expire(*, now: datetime | None = None) -> int:
-    """Apply the declared default to pending interrupts past their expiry (reconciler)."""
+    """Expire pending interrupts past their ``expires_at`` (reconciler).
+
+    With a declared ``default`` the default is the decision and the run is requeued (the step
+    sees it, ``expired`` true). Without one the interrupt is recorded as rejected by expiry
+    and the run ends ``timed_out`` (``InterruptExpired``), as in OpenRath 2.0: nobody
+    decided in time, and nothing was declared to stand in for a decision.
+    """
     now = now or timezone.now()
     expired = 0
     for interrupt in Interrupt.objects.filter(status="pending", expires_at__lt=now)[:500]:
-        default = interrupt.default or {"decision": "reject"}
         with transaction.atomic():
             locked = Interrupt.objects.select_for_update().get(id=interrupt.id)
             if locked.status != "pending":
                 continue
+            default = locked.default
             locked.status = "expired"
-            locked.decision = default.get("decision", "reject")
-            locked.response = default.get("response")
+            locked.decision = (default or {}).get("decision", "reject")
+            locked.response = (default or {}).get("response")
             locked.reason = "expired"
             locked.resolved_by = "system:expiry"
             locked.resolved_at = now
@@ -292,13 +298,38 @@ def interrupts_expire(*, now: datetime | None = None) -> int:
             with contextlib.suppress(
                 Conflict
             ):  # the run moved on (cancelled): the expiry is still recorded
-                services.run_transition(
-                    run_id=locked.run_id,
-                    to="queued",
-                    event="interrupt.expired",
-                    step=locked.step,
-                    expect=["waiting"],
-                    data={"interrupt": str(locked.id), "decision": locked.decision},
-                )
+                if default is not None:
+                    services.run_transition(
+                        run_id=locked.run_id,
+                        to="queued",
+                        event="interrupt.expired",
+                        step=locked.step,
+                        expect=["waiting"],
+                        data={"interrupt": str(locked.id), "decision": locked.decision},
+                    )
+                else:
+                    _expire_run(locked, now)
             expired += 1
     return expired
+
+
+def _expire_run(interrupt: Interrupt, now: datetime) -> None:
+    """The run waited past the interrupt's expiry with no default: it ends ``timed_out``."""
+    assert interrupt.expires_at is not None
+    waited = (interrupt.expires_at - interrupt.created_at).total_seconds()
+    error = {
+        "type": "InterruptExpired",
+        "message": f"interrupt {interrupt.title!r} was not decided within {round(waited, 1):g}s "
+        "and declares no default",
+        "step": interrupt.step,
+        "interrupt": str(interrupt.id),
+    }
+    services.run_transition(
+        run_id=interrupt.run_id,
+        to="timed_out",
+        event="run.timed_out",
+        step=interrupt.step,
+        expect=["waiting"],
+        data={**error, "reason": "interrupt expired"},
+        changes={"error": error},
+    )

@@ -7,7 +7,8 @@ and their source text. The plan is a value (frozen dataclasses and tuples, no ha
 Identity
     ``Plan.hash`` is the SHA-256 of ``Plan.canonical_json()``: the sorted, compact JSON of
     ``Plan.to_dict()`` (format version, name, version, entry and every node with its decorator
-    arguments, signature facts and ``source_hash``). ``source_hash`` is the SHA-256 of the
+    arguments, signature facts and ``source_hash``; and the workflow's ``input_schema`` /
+    ``state_schema`` when it declares them). ``source_hash`` is the SHA-256 of the
     handler's dedented source, decorator lines included, so any edit to a handler changes the
     plan hash. When the source cannot be read, a fingerprint of the code object is hashed
     instead (bytecode, constants, names), with frozensets sorted and nested code objects
@@ -67,6 +68,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from openrath_project.errors import ValidationFailed
 from runs_app.authoring import EffectClass, NodeKind, NodeMeta, RetryPolicy, node_meta
 from runs_app.workflow import Workflow, workflow_name
 
@@ -78,9 +83,12 @@ __all__ = [
     "PlanNode",
     "Route",
     "RouteError",
+    "StateSchemaError",
     "UnknownNode",
     "bind_handlers",
     "call_handler",
+    "check_input",
+    "check_state",
     "compile_workflow",
     "declared_nodes",
     "source_hash",
@@ -102,6 +110,15 @@ class RouteError(ValueError):
 
 class UnknownNode(LookupError):
     """The plan has no node with that id."""
+
+
+class StateSchemaError(ValueError):
+    """A step returned a state that breaks the workflow's ``state_schema``; ``details`` names
+    the fields (``{"state.<path>": [messages]}``)."""
+
+    def __init__(self, message: str, details: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.details = details
 
 
 @dataclass(frozen=True)
@@ -236,23 +253,37 @@ class Plan:
     entry: str
     nodes: tuple[PlanNode, ...]
     fanouts: tuple[FanOut, ...] = field(init=False, repr=False)
+    #: JSON Schemas (Draft 2020-12) of the submitted state and of every state a step returns
+    #: (OpenRath's ``input_schema`` / ``state_schema`` workflow attributes); ``None``: unchecked.
+    input_schema: Mapping[str, Any] | None = field(default=None, hash=False, repr=False)
+    state_schema: Mapping[str, Any] | None = field(default=None, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         nodes = tuple(sorted(self.nodes, key=lambda node: node.id))
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "fanouts", _validate(self.entry, nodes))
+        for attr in ("input_schema", "state_schema"):
+            object.__setattr__(self, attr, _checked_schema(attr, getattr(self, attr)))
 
     # -- identity ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical, JSON-able form that ``hash`` covers (no description, no handlers)."""
-        return {
+        """The canonical, JSON-able form that ``hash`` covers (no description, no handlers).
+
+        The schemas are part of it when declared (so changing one is plan drift, as in
+        OpenRath); a plan without them has the layout, and the hash, it always had."""
+        data: dict[str, Any] = {
             "format": PLAN_FORMAT,
             "name": self.name,
             "version": self.version,
             "entry": self.entry,
             "nodes": [node.to_dict() for node in self.nodes],
         }
+        for attr in ("input_schema", "state_schema"):
+            value = getattr(self, attr)
+            if value is not None:
+                data[attr] = value
+        return data
 
     def canonical_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -283,6 +314,8 @@ class Plan:
             description=description,
             entry=str(entry),
             nodes=nodes,
+            input_schema=data.get("input_schema"),
+            state_schema=data.get("state_schema"),
         )
 
     # -- lookups -----------------------------------------------------------------------------
@@ -388,6 +421,63 @@ class Plan:
                     f"{fanout.join!r} ({reason})"
                 )
         return Route(targets=tuple(targets), join=fanout.join)
+
+
+def _checked_schema(attr: str, schema: object) -> dict[str, Any] | None:
+    """A declared schema as a plain JSON dict, checked against the JSON Schema metaschema."""
+    if schema is None:
+        return None
+    if not isinstance(schema, Mapping):
+        raise PlanError(f"{attr} must be a JSON Schema object (a dict) or None, got {schema!r}")
+    try:
+        plain = json.loads(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"{attr} must be JSON: {exc}") from exc
+    try:
+        Draft202012Validator.check_schema(plain)
+    except SchemaError as exc:
+        raise PlanError(f"{attr} is not a valid JSON Schema: {exc.message}") from exc
+    return dict(plain)
+
+
+def _violations(schema: Mapping[str, Any], value: Any) -> dict[str, list[str]]:
+    errors = sorted(
+        Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)
+    )
+    details: dict[str, list[str]] = {}
+    for error in errors:
+        path = "state" + "".join(f".{part}" for part in error.absolute_path)
+        details.setdefault(path, []).append(error.message)
+    return details
+
+
+def check_input(plan: Plan, state: Any) -> None:
+    """``ValidationFailed`` (a 400 over HTTP) naming the fields when the submitted ``state``
+    breaks the plan's ``input_schema``."""
+    if plan.input_schema is None:
+        return
+    details = _violations(plan.input_schema, state)
+    if details:
+        first = next(iter(details))
+        raise ValidationFailed(
+            f"state does not match the workflow's input_schema: {first}: {details[first][0]}",
+            details=details,
+        )
+
+
+def check_state(plan: Plan, state: Any, *, step: str) -> None:
+    """:class:`StateSchemaError` when the state step ``step`` returned breaks the plan's
+    ``state_schema`` (checked before the state is committed)."""
+    if plan.state_schema is None:
+        return
+    details = _violations(plan.state_schema, state)
+    if details:
+        first = next(iter(details))
+        raise StateSchemaError(
+            f"the state step {step!r} returned does not match the workflow's state_schema: "
+            f"{first}: {details[first][0]}",
+            details,
+        )
 
 
 def _validate(entry: str, nodes: tuple[PlanNode, ...]) -> tuple[FanOut, ...]:
@@ -505,7 +595,15 @@ def compile_workflow(workflow: type[Workflow] | Workflow) -> Plan:
     if len(entries) != 1:
         raise PlanError(f"workflow must declare exactly one entrypoint; found {len(entries)}")
     nodes = tuple(_plan_node(attr, function, meta) for attr, function, meta in declared)
-    return Plan(name=name, version=version, description=description, entry=entries[0], nodes=nodes)
+    return Plan(
+        name=name,
+        version=version,
+        description=description,
+        entry=entries[0],
+        nodes=nodes,
+        input_schema=getattr(workflow, "input_schema", None),
+        state_schema=getattr(workflow, "state_schema", None),
+    )
 
 
 def _plan_node(attr: str, function: Callable[..., Any], meta: NodeMeta) -> PlanNode:

@@ -30,10 +30,11 @@ from django.utils import timezone
 
 from openrath_project import large_values, metrics
 from openrath_project.errors import Conflict, RateLimited, ValidationFailed
+from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project
 from runs_app import dispatch
 from runs_app.models import Checkpoint, Run, RunEvent, WorkflowPlan
-from runs_app.plan import Plan
+from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
 from runs_app.state_delta import canonical, check_json_state, diff, digest
 from runs_app.transitions import ACTIVE, TERMINAL, check_transition
@@ -114,7 +115,7 @@ def run_create(
     priority: int = 0,
     deadline: datetime | None = None,
     idempotency_key: str | None = None,
-    digest_of_request: str = "",
+    digest_of_request: str | None = None,
     created_by: str = "",
     token_budget: int | None = None,
     cost_budget_usd: Decimal | None = None,
@@ -122,8 +123,22 @@ def run_create(
     """Queue a run of ``workflow``. Returns ``(run, created)``.
 
     With an ``idempotency_key``: the same key and request digest return the first run
-    (``created`` False); the same key with another digest is a 409.
+    (``created`` False); the same key with another digest is a 409 (:class:`Conflict`).
+    The HTTP API passes the digest of the request body; an in-process caller passes none and
+    the digest is taken over the arguments that define the run (workflow and plan, state,
+    session, user message, priority, budgets; not the deadline), as OpenRath does.
+    ``ValidationFailed`` when ``state`` breaks the workflow's ``input_schema``.
     """
+    if digest_of_request is None:
+        digest_of_request = _arguments_digest(
+            workflow=workflow,
+            state=state,
+            session=session,
+            user_message=user_message,
+            priority=priority,
+            token_budget=token_budget,
+            cost_budget_usd=cost_budget_usd,
+        )
     if idempotency_key:
         existing = Run.objects.filter(
             tenant_id=project.tenant_id, idempotency_key=idempotency_key
@@ -131,6 +146,7 @@ def run_create(
         if existing is not None:
             return _idempotent_replay(existing, digest_of_request, project), False
     initial = check_json_state(state or {}, where="state")
+    check_input(workflow.plan, initial)
     if not -100 <= priority <= 100:
         raise ValidationFailed(
             "priority must be between -100 and 100",
@@ -145,7 +161,7 @@ def run_create(
     _check_queue_cap(project.tenant_id)
     initial = large_values.offload(project.tenant_id, initial)
     plan_row = plan_store(workflow.plan)
-    run_id = uuid.uuid4()
+    run_id = uuid7()  # time-ordered: the API lists runs by -id (newest first)
     try:
         with transaction.atomic():
             with session_context.writing(actor=created_by or "api", run_id=run_id):
@@ -204,6 +220,31 @@ def run_create(
         existing = Run.objects.get(tenant_id=project.tenant_id, idempotency_key=idempotency_key)
         return _idempotent_replay(existing, digest_of_request, project), False
     return run, True
+
+
+def _arguments_digest(
+    *,
+    workflow: RegisteredWorkflow,
+    state: dict[str, Any] | None,
+    session: Session | None,
+    user_message: str | None,
+    priority: int,
+    token_budget: int | None,
+    cost_budget_usd: Decimal | None,
+) -> str:
+    """The request digest of an in-process submission (see :func:`run_create`)."""
+    return request_digest(
+        {
+            "workflow": workflow.name,
+            "plan": workflow.plan.hash,
+            "state": check_json_state(state or {}, where="state"),
+            "session": str(session.id) if session is not None else None,
+            "user_message": user_message,
+            "priority": priority,
+            "token_budget": token_budget,
+            "cost_budget_usd": None if cost_budget_usd is None else str(cost_budget_usd),
+        }
+    )
 
 
 def _idempotent_replay(existing: Run, digest_of_request: str, project: Project) -> Run:
@@ -305,12 +346,15 @@ class Claim:
     worker: str
     #: The working session's stored length when the claim also took its writer (PostgreSQL).
     session_length: int | None = None
+    #: The lease length this claim asked for (``None``: ``OPENRATH_LEASE_SECONDS``); the
+    #: heartbeat renews by the same amount.
+    lease_seconds: int | None = None
 
 
 _PG_CLAIM_SQL = """
 WITH picked AS (
     SELECT id FROM runs_app_run
-    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only} {skip}
+    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only} {skip} {workflows}
     ORDER BY priority DESC, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -344,7 +388,12 @@ SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM s) FROM r
 
 
 def lease_claim(
-    *, worker: str, run_id: uuid.UUID | None = None, skip_tenants: tuple[str, ...] = ()
+    *,
+    worker: str,
+    run_id: uuid.UUID | None = None,
+    skip_tenants: tuple[str, ...] = (),
+    workflows: tuple[str, ...] | None = None,
+    lease_seconds: int | None = None,
 ) -> Claim | None:
     """Take the next claimable run (or that one): queued, timer due; priority then age.
 
@@ -352,10 +401,14 @@ def lease_claim(
     leave the library tenant's runs to the scripts that own them (``runs_app.worker``).
     The fencing token goes up by one, so anything the previous holder tries later is refused.
     On PostgreSQL one statement (``FOR UPDATE SKIP LOCKED``) also takes the working session's
-    writer; elsewhere a short transaction.
+    writer; elsewhere a short transaction. ``workflows`` (names) limits the claim to runs of
+    those workflows (an in-process ``LocalRuntime`` claims only what it has registered);
+    ``lease_seconds`` overrides ``OPENRATH_LEASE_SECONDS`` for this claim.
     """
+    if workflows is not None and not workflows:
+        return None
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        return _pg_claim(worker, run_id, skip_tenants)
+        return _pg_claim(worker, run_id, skip_tenants, workflows, lease_seconds)
     now = timezone.now()
     with transaction.atomic():
         queryset = Run.objects.filter(status="queued").filter(
@@ -365,6 +418,8 @@ def lease_claim(
             queryset = queryset.filter(id=run_id)
         if skip_tenants:
             queryset = queryset.exclude(tenant__slug__in=skip_tenants)
+        if workflows is not None:
+            queryset = queryset.filter(workflow__in=workflows)
         picked = (
             queryset.order_by("-priority", "created_at")
             .select_for_update(skip_locked=True)
@@ -380,7 +435,7 @@ def lease_claim(
         run.status = "running"
         run.fencing_token += 1
         run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=_lease_seconds())
+        run.lease_expires_at = now + timedelta(seconds=lease_seconds or _lease_seconds())
         run.started_at = run.started_at or now
         run.wake_at = None
         _add_event(
@@ -389,10 +444,16 @@ def lease_claim(
             data={"worker": worker, "token": run.fencing_token, "attempt": run.attempt},
         )
         run.save()
-    return Claim(run_id=run.id, token=run.fencing_token, worker=worker)
+    return Claim(run_id=run.id, token=run.fencing_token, worker=worker, lease_seconds=lease_seconds)
 
 
-def _pg_claim(worker: str, run_id: uuid.UUID | None, skip_tenants: tuple[str, ...]) -> Claim | None:
+def _pg_claim(
+    worker: str,
+    run_id: uuid.UUID | None,
+    skip_tenants: tuple[str, ...],
+    workflows: tuple[str, ...] | None = None,
+    lease_seconds: int | None = None,
+) -> Claim | None:
     import psycopg
     from psycopg.types.numeric import Int8
 
@@ -404,6 +465,7 @@ def _pg_claim(worker: str, run_id: uuid.UUID | None, skip_tenants: tuple[str, ..
             if skip_tenants
             else ""
         ),
+        workflows="AND workflow = ANY(%(workflows)s)" if workflows is not None else "",
     )
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
@@ -411,9 +473,10 @@ def _pg_claim(worker: str, run_id: uuid.UUID | None, skip_tenants: tuple[str, ..
             sql,
             {
                 "worker": worker[:200],
-                "lease": Int8(_lease_seconds()),
+                "lease": Int8(lease_seconds or _lease_seconds()),
                 "run": run_id,
                 "skip": list(skip_tenants),
+                "workflows": list(workflows or ()),
             },
             prepare=True,
         )
@@ -427,12 +490,13 @@ def _pg_claim(worker: str, run_id: uuid.UUID | None, skip_tenants: tuple[str, ..
         token=int(token),
         worker=worker,
         session_length=int(length) if length is not None else None,
+        lease_seconds=lease_seconds,
     )
 
 
 def lease_heartbeat(*, claim: Claim) -> bool:
     """Extend the lease; False when it is no longer this worker's (stop working at once)."""
-    expires = timezone.now() + timedelta(seconds=_lease_seconds())
+    expires = timezone.now() + timedelta(seconds=claim.lease_seconds or _lease_seconds())
     updated = Run.objects.filter(
         id=claim.run_id, fencing_token=claim.token, status="running"
     ).update(lease_expires_at=expires)
@@ -501,13 +565,14 @@ WITH r AS (
               sessions_app_session.base_len + sessions_app_session.own_len AS new_len
 ), ch AS (
     INSERT INTO sessions_app_chunk
-        (tenant_id, session_id, seq, role, kind, content, agent, run_id, step, tool_call_id,
-         usage, trust, branch, created_at)
+        (tenant_id, session_id, seq, role, kind, content, agent, workflow, run_id, step,
+         tool_call_id, usage, trust, branch, created_at)
     SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
-           v.run_id, v.step, v.tool_call_id, v.usage, v.trust, v.branch, now()
+           COALESCE(v.workflow, ''), v.run_id, v.step, v.tool_call_id, v.usage, v.trust,
+           v.branch, now()
     FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
-        ord int, role text, kind text, content jsonb, agent text, run_id uuid, step text,
-        tool_call_id text, usage jsonb, trust text, branch text)
+        ord int, role text, kind text, content jsonb, agent text, workflow text, run_id uuid,
+        step text, tool_call_id text, usage jsonb, trust text, branch text)
     RETURNING seq
 ), c AS (
     INSERT INTO runs_app_checkpoint
@@ -568,13 +633,14 @@ WITH r AS (
               sessions_app_session.base_len + sessions_app_session.own_len AS new_len
 ), ch AS (
     INSERT INTO sessions_app_chunk
-        (tenant_id, session_id, seq, role, kind, content, agent, run_id, step, tool_call_id,
-         usage, trust, branch, created_at)
+        (tenant_id, session_id, seq, role, kind, content, agent, workflow, run_id, step,
+         tool_call_id, usage, trust, branch, created_at)
     SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
-           v.run_id, v.step, v.tool_call_id, v.usage, v.trust, v.branch, now()
+           COALESCE(v.workflow, ''), v.run_id, v.step, v.tool_call_id, v.usage, v.trust,
+           v.branch, now()
     FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
-        ord int, role text, kind text, content jsonb, agent text, run_id uuid, step text,
-        tool_call_id text, usage jsonb, trust text, branch text)
+        ord int, role text, kind text, content jsonb, agent text, workflow text, run_id uuid,
+        step text, tool_call_id text, usage jsonb, trust text, branch text)
     RETURNING seq
 ), c AS (
     INSERT INTO runs_app_checkpoint
@@ -608,6 +674,7 @@ def _chunk_records(drafts: list[ChunkDraft]) -> str:
                 "kind": d.kind,
                 "content": d.content,
                 "agent": d.agent,
+                "workflow": d.workflow,
                 "run_id": d.run_id,
                 "step": d.step,
                 "tool_call_id": d.tool_call_id,
@@ -716,7 +783,8 @@ def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) 
             next_nodes=commit.next_nodes,
             attempt=1,
             session_len=session_len,
-            lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()),
+            lease_expires_at=timezone.now()
+            + timedelta(seconds=claim.lease_seconds or _lease_seconds()),
             updated_at=timezone.now(),
         )
         if not updated:
@@ -1046,7 +1114,7 @@ def fanout_start(
         if parent.session is None:
             raise Conflict("the run has no working session to branch from")
         for name in branches:
-            child_id = uuid.uuid4()
+            child_id = uuid7()
             with session_context.writing(actor=f"run:{run.id}", run_id=child_id, step=name):
                 branch_session = session_services.session_fork(
                     session=parent.session,

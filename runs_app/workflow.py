@@ -94,6 +94,10 @@ class Workflow:
     name: ClassVar[str | None] = None
     description: str = ""
     workflow_version: str = "1"
+    #: JSON Schemas of the submitted state and of every state a step returns (as OpenRath's);
+    #: part of the compiled plan. ``None``: not checked.
+    input_schema: ClassVar[dict[str, Any] | None] = None
+    state_schema: ClassVar[dict[str, Any] | None] = None
 
     _children: dict[str, Workflow]
     _agents: dict[str, AgentParam]
@@ -149,6 +153,12 @@ class Workflow:
         from runs_app.static_compile import CompiledWorkflow
 
         return CompiledWorkflow(self)
+
+    def compile_plan(self, *, revision_id: Any = None) -> Any:
+        """OpenRath's durable plan of this workflow (``openrath_project.definition``)."""
+        from openrath_project.definition import compile_plan
+
+        return compile_plan(self, revision_id=revision_id)
 
     def inspect_resources(self) -> Any:
         """The resource manifest alone (``compile().manifest``)."""

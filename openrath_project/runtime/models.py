@@ -158,27 +158,6 @@ INVOCATION_STATUS_OF: Mapping[str, InvocationStatus] = MappingProxyType(
     }
 )
 
-#: The product's event types -> OpenRath's names (``RunEvent.type``); others are kept as is.
-EVENT_TYPE_OF: Mapping[str, str] = MappingProxyType(
-    {
-        "run.created": "run.created",
-        "run.claimed": "run.lease.acquired",
-        "step.completed": "run.checkpoint.created",
-        "router.decided": "run.checkpoint.created",
-        "run.succeeded": "run.execution.succeeded",
-        "run.failed": "run.execution.failed",
-        "run.timed_out": "run.execution.timed_out",
-        "run.cancelled": "run.cancelled",
-        "run.needs_review": "run.needs_review",
-        "step.retry_scheduled": "run.step.attempt.failed",
-        "lease.expired": "run.lease.expired",
-        "lease.released": "run.lease.released",
-        "interrupt.requested": "run.interrupt.requested",
-        "interrupt.resolved": "run.interrupt.decided",
-        "interrupt.expired": "run.interrupt.expired",
-    }
-)
-
 
 def _status(value: str) -> RunStatus:
     return RunStatus(value)

@@ -29,7 +29,6 @@ from urllib.parse import unquote, urlsplit
 from openrath_project.library import ensure_ready, is_library_process
 from openrath_project.runtime.models import (
     DECISION_OF_KIND,
-    EVENT_TYPE_OF,
     ApprovalDecision,
     Checkpoint,
     ConflictError,
@@ -42,6 +41,7 @@ from openrath_project.runtime.models import (
     freeze,
     thaw,
 )
+from runs_app.events import openrath_event_type
 
 __all__ = [
     "Claim",
@@ -305,7 +305,7 @@ class RunStore:
             RunEvent(
                 run_id=row.id,
                 sequence=event.seq,
-                type=EVENT_TYPE_OF.get(event.type, event.type),
+                type=openrath_event_type(event.type, event.data) or event.type,
                 product_type=event.type,
                 step=event.step,
                 data=freeze(_event_data(event.type, event.data or {})),

@@ -75,7 +75,8 @@ def test_work_once_runs_to_the_end_with_a_checkpoint_per_step():
     assert dict(checkpoints[0].state) == {"count": 1}
     types = [e.type for e in store.list_run_events(done.id)]
     assert types[0] == "run.created"
-    assert "run.lease.acquired" in types
+    assert "run.claimed" in types  # OpenRath 2.0 uses our name for this one
+    assert types[-1] == "run.execution.completed"
     assert "run.checkpoint.created" in types
     # the product's event names are kept next to OpenRath's
     assert store.list_run_events(done.id)[1].product_type == "run.claimed"
