@@ -322,6 +322,157 @@ def probe_hostile(base: str, token: str, env: dict[str, str] | None) -> list[dic
     return failures
 
 
+def _api(base: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(  # noqa: S310 - localhost only
+        f"{base}{path}",
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - localhost only
+        text = response.read().decode()
+        is_json = response.headers.get_content_type() == "application/json"
+    return json.loads(text) if is_json else text
+
+
+def conformance_world(base: str, token: str) -> dict[str, Any]:
+    """A project, a session with chunks (and its fork), a run and a memory entry, made through
+    the API: the ids :func:`conformance_walk` fills path parameters and bodies with."""
+    session = _api(
+        base,
+        token,
+        "POST",
+        "/api/v1/sessions/",
+        {"project": "fuzz", "title": "conformance", "user_message": "hello"},
+    )
+    _api(
+        base,
+        token,
+        "POST",
+        f"/api/v1/sessions/{session['id']}/chunks/",
+        {"chunks": [{"role": "assistant", "kind": "message", "content": {"text": "hi"}}]},
+    )
+    other = _api(base, token, "POST", "/api/v1/sessions/", {"project": "fuzz", "title": "b"})
+    workflows = _api(base, token, "GET", "/api/v1/workflows/")["results"]
+    names = [w["name"] for w in workflows]
+    run = None
+    for name in names:
+        try:
+            run = _api(
+                base,
+                token,
+                "POST",
+                "/api/v1/runs/",
+                {"project": "fuzz", "workflow": name, "user_message": "conformance"},
+            )
+            break
+        except urllib.error.HTTPError:
+            continue
+    export = _api(base, token, "GET", f"/api/v1/sessions/{session['id']}/export/")
+    return {
+        "session": session["id"],
+        "other": other["id"],
+        "run": run["id"] if run else None,
+        "workflow": run["workflow"] if run else "none",
+        "export": export,
+    }
+
+
+def _conformance_request(path: str, method: str, world: dict[str, Any]) -> dict[str, Any]:
+    """A valid request for one operation: path parameters, query and body."""
+    ids = {
+        "/api/v1/sessions/": world["session"],
+        "/api/v1/runs/": world["run"] or "00000000-0000-0000-0000-000000000000",
+        "/api/v1/projects/": "fuzz",
+        "/api/v1/workflows/": world["workflow"],
+    }
+    params: dict[str, Any] = {}
+    for prefix, value in ids.items():
+        if path.startswith(prefix) and "{" in path:
+            params["id" if "{id}" in path else "name"] = value
+    if "{digest}" in path:
+        params["digest"] = "0" * 64
+    if "{id}" in path and "id" not in params:
+        params["id"] = "00000000-0000-0000-0000-000000000000"
+    bodies: dict[tuple[str, str], Any] = {
+        ("POST", "/api/v1/sessions/"): {"project": "fuzz", "user_message": "conformance"},
+        ("POST", "/api/v1/sessions/{id}/chunks/"): {
+            "chunks": [{"role": "user", "kind": "message", "content": {"text": "more"}}]
+        },
+        ("POST", "/api/v1/sessions/{id}/fork/"): {},
+        ("POST", "/api/v1/sessions/{id}/detach/"): {},
+        ("POST", "/api/v1/sessions/merge/"): {"sessions": [world["session"], world["other"]]},
+        ("POST", "/api/v1/sessions/import/"): {
+            "project": "fuzz",
+            "files": [{"name": "graph.jsonl", "content": world["export"]}],
+        },
+        ("POST", "/api/v1/runs/"): {
+            "project": "fuzz",
+            "workflow": world["workflow"],
+            "user_message": "conformance",
+        },
+        ("POST", "/api/v1/runs/{id}/cancel/"): {},
+        ("POST", "/api/v1/runs/{id}/resume/"): {},
+        ("POST", "/api/v1/projects/"): {"slug": f"c{int(time.time() * 1000) % 10**9}"},
+        ("POST", "/api/v1/memory/"): {"project": "fuzz", "text": "the sky is blue"},
+        ("POST", "/api/v1/memory/recall/"): {"project": "fuzz", "query": "sky"},
+        ("POST", "/api/v1/interrupts/{id}/resolve/"): {"decision": "approve"},
+        ("POST", "/api/v1/effects/{id}/resolve/"): {"decision": "applied"},
+    }
+    request: dict[str, Any] = {"path_parameters": params}
+    if method == "POST":
+        request["body"] = bodies.get((method, path), {})
+        request["media_type"] = "application/json"
+    return request
+
+
+def conformance_walk(base: str, token: str) -> dict[str, Any]:
+    """Every operation of the document, called once with a valid request: each response must
+    conform to the document (status code documented, content type, body schema:
+    schemathesis' ``response_schema_conformance``), so a handler whose answer differs from the
+    document (issue 18: the chunks append's bare array documented as a page) fails here even
+    where random inputs rarely reach the success path. Returns the operations whose answer was
+    a 2xx and the failures."""
+    import schemathesis
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    world = conformance_world(base, token)
+    schema = schemathesis.openapi.from_path(str(DOCUMENT))
+    succeeded: list[str] = []
+    failures: list[dict[str, Any]] = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        request = _conformance_request(operation.path, operation.method.upper(), world)
+        case = operation.Case(**request)
+        response = case.call(base_url=base, headers={"Authorization": f"Bearer {token}"})
+        try:
+            case.validate_response(
+                response,
+                checks=[
+                    status_code_conformance,
+                    content_type_conformance,
+                    response_schema_conformance,
+                ],
+            )
+        except (Exception, BaseExceptionGroup) as exc:  # check failures come as exceptions
+            failures.append(
+                {
+                    "operation": operation.label,
+                    "status": response.status_code,
+                    "problem": str(exc)[:800],
+                    "body": response.text[:300],
+                }
+            )
+        if 200 <= response.status_code < 300:
+            succeeded.append(operation.label)
+    return {"succeeded": succeeded, "failures": failures}
+
+
 def fuzz(
     base: str, tokens: dict[str, str], examples: int, max_seconds: float, env: dict[str, str] | None
 ) -> dict[str, Any]:
@@ -390,6 +541,9 @@ def fuzz(
         hostile = probe_hostile(base, tokens["all"], env)
         failures.extend(hostile)
         tried += len(HOSTILE)
+        walk = conformance_walk(base, tokens["all"])
+        failures.extend(walk["failures"])
+        tried += len(walk["succeeded"])
     for name, token in tokens.items():
         for result in schema.get_all_operations():
             operation = result.ok()

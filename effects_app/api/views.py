@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -21,7 +21,10 @@ from openrath_project.tenancy.principal import Principal
 
 
 class EffectFilter(ProjectScopedFilterSet):
-    state = django_filters.ChoiceFilter(field_name="status", choices=STATE_CHOICES)
+    status = django_filters.ChoiceFilter(choices=STATE_CHOICES, help_text="The effect's status.")
+    state = django_filters.ChoiceFilter(
+        field_name="status", choices=STATE_CHOICES, help_text="Deprecated alias of status."
+    )
     run = django_filters.UUIDFilter(field_name="run_id")
 
     class Meta:
@@ -29,6 +32,7 @@ class EffectFilter(ProjectScopedFilterSet):
         fields: ClassVar[list[str]] = []
 
 
+@extend_schema_view(list=extend_schema(summary="List the effect ledger (newest first)"))
 class EffectViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
     """The effect ledger of the caller's tenant and projects."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError, ValidationError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser
 
 from openrath_project.jsonlimits import MAX_JSON_DEPTH, JSONRefused, loads
 
@@ -33,3 +33,31 @@ class StrictJSONParser(JSONParser):
             raise ValidationError({field: [problem.text()]}) from None
         except ValueError as exc:  # not JSON (UnicodeDecodeError is a ValueError too)
             raise ParseError(f"JSON parse error - {exc}") from None
+
+
+class JSONLines(str):
+    """A JSON Lines request body, as text: each line is parsed (and checked against the same
+    limits, ``MAX_JSON_DEPTH`` levels and the JSON domain) by the format reader that takes it
+    (:mod:`sessions_app.formats`), which can name the file and line."""
+
+
+class JSONLinesParser(BaseParser):
+    """``application/jsonl``: the text of the body (UTF-8), for endpoints that read JSON Lines.
+    The body limit (``OPENRATH_MAX_REQUEST_BYTES``) applies before this runs."""
+
+    media_type = "application/jsonl"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        context = parser_context or {}
+        encoding = context.get("encoding", settings.DEFAULT_CHARSET)
+        raw = stream.read() if stream is not None else b""
+        try:
+            return JSONLines(raw.decode(encoding))
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON Lines parse error - not {encoding}: {exc}") from None
+
+
+class NDJSONParser(JSONLinesParser):
+    """``application/x-ndjson``: the same as ``application/jsonl``."""
+
+    media_type = "application/x-ndjson"

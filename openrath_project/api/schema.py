@@ -26,6 +26,32 @@ ERROR_DESCRIPTIONS = {
 class OpenRathAutoSchema(AutoSchema):
     """Adds ``x-required-grant`` and the error responses to every operation."""
 
+    def get_summary(self) -> str | None:
+        """Every operation has a summary: a list without its own says what it lists."""
+        summary = super().get_summary()
+        if summary is None and getattr(self.view, "action", None) == "list":
+            model = getattr(getattr(self.view, "queryset", None), "model", None)
+            if model is not None:
+                return f"List {model._meta.verbose_name_plural}"
+        return summary
+
+    def _list_action(self) -> bool:
+        return getattr(self.view, "action", None) in (None, "list")
+
+    def get_filter_backends(self) -> list[Any]:
+        """Only ``list`` filters its queryset: other GET actions (a run's events, a session's
+        chunks) state their own parameters."""
+        return super().get_filter_backends() if self._list_action() else []
+
+    def _get_pagination_parameters(self) -> list[dict[str, Any]]:
+        """``cursor``/``limit`` belong to ``list``; other paged actions state their own."""
+        return super()._get_pagination_parameters() if self._list_action() else []
+
+    def _get_paginator(self) -> Any:
+        """Only GET answers a page (``{"results", "next"}``): a POST that returns many items
+        (appended chunks) answers them as a bare array."""
+        return super()._get_paginator() if self.method == "GET" else None
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
         if operation is None:

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 
 from openrath_project.api.audit import audit_note
 from openrath_project.api.permissions import resolve_principal
+from openrath_project.errors import ValidationFailed
 from openrath_project.tenancy.principal import Principal
 
 
@@ -37,6 +38,10 @@ class ScopedAPIView(GenericAPIView):
     audit_object_type: ClassVar[str] = ""
     #: Only tells the OpenAPI generator the model (``Model.objects.none()``); never queried.
     queryset: Any = None
+    #: The query parameters of the view's GET actions other than ``list`` (whose parameters are
+    #: its filters and the cursor pagination's), e.g. ``{"events": ("after", "limit")}``. A GET
+    #: action not named here takes none.
+    action_query_params: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def required_grant(self, request: Request) -> str | None:
         method = "GET" if request.method == "HEAD" else (request.method or "GET")
@@ -61,6 +66,42 @@ class ScopedAPIView(GenericAPIView):
         if name or self.audit_object_type:
             audit_note(request, action=name, object_type=self.audit_object_type)
         super().initial(request, *args, **kwargs)
+        # After authentication and permissions: a caller without access learns nothing more.
+        self.check_query_params(request)
+
+    def allowed_query_params(self) -> set[str] | None:
+        """The query parameters this GET operation reads (``None``: not checked)."""
+        action = getattr(self, "action", None)
+        if action == "list":
+            allowed: set[str] = set()
+            filterset_class = getattr(self, "filterset_class", None)
+            if filterset_class is not None:
+                allowed |= set(filterset_class.base_filters)
+            paginator = self.paginator
+            if paginator is not None:
+                for name in ("cursor_query_param", "page_size_query_param"):
+                    if getattr(paginator, name, None):
+                        allowed.add(getattr(paginator, name))
+            return allowed
+        if action is None:
+            return None
+        return set(self.action_query_params.get(action, ()))
+
+    def check_query_params(self, request: Request) -> None:
+        """An unknown query parameter is a 400 naming it, never silently ignored (a misspelt
+        filter would otherwise return everything)."""
+        if request.method not in ("GET", "HEAD"):
+            return
+        allowed = self.allowed_query_params()
+        if allowed is None:
+            return
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            accepted = ", ".join(sorted(allowed)) or "none"
+            raise ValidationFailed(
+                f"unknown query parameter(s): {', '.join(unknown)} (accepted: {accepted})",
+                details={name: ["unknown query parameter"] for name in unknown},
+            )
 
     def audit(self, **fields: Any) -> None:
         """Record what the request acted on; the audit middleware writes it with the outcome."""

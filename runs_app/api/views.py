@@ -9,7 +9,12 @@ import django_filters
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -63,6 +68,7 @@ def _page(request: Request, items: list[Any], key: str, limit: int, out: Any) ->
     return Response({"results": out, "next": next_url})
 
 
+@extend_schema_view(list=extend_schema(summary="List runs (newest first)"))
 class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Runs of the caller's tenant and projects."""
 
@@ -87,6 +93,10 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
     queryset = Run.objects.none()
     filterset_class = RunFilter
     cursor_ordering = ("-id",)
+    action_query_params: ClassVar[dict[str, tuple[str, ...]]] = {
+        "events": ("after", "limit"),
+        "checkpoints": ("after", "limit"),
+    }
 
     def scope_queryset(self, principal: Principal) -> QuerySet[Run]:
         return selectors.run_list(principal=principal)
@@ -287,7 +297,14 @@ class WorkflowViewSet(ScopedAPIView, viewsets.ViewSet):
 
 
 class InterruptFilter(ProjectScopedFilterSet):
-    state = django_filters.ChoiceFilter(field_name="status", choices=INTERRUPT_STATUS_CHOICES)
+    status = django_filters.ChoiceFilter(
+        choices=INTERRUPT_STATUS_CHOICES, help_text="The interrupt's status."
+    )
+    state = django_filters.ChoiceFilter(
+        field_name="status",
+        choices=INTERRUPT_STATUS_CHOICES,
+        help_text="Deprecated alias of status.",
+    )
     kind = django_filters.ChoiceFilter(choices=INTERRUPT_KIND_CHOICES)
     run = django_filters.UUIDFilter(field_name="run_id")
 
@@ -296,6 +313,9 @@ class InterruptFilter(ProjectScopedFilterSet):
         fields: ClassVar[list[str]] = []
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List interrupts (newest first); filter with ?status=")
+)
 class InterruptViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
     """Interrupts (approvals, inputs, reviews) of the caller's tenant and projects."""
 
