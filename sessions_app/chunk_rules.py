@@ -76,6 +76,8 @@ class ChunkDraft:
     branch: str = ""
     run_id: str | None = None
     step: str = ""
+    #: The workflow path that wrote the chunk (stamped from the write context).
+    workflow: str = ""
 
 
 def _require_str(content: Mapping[str, Any], key: str, *, allow_empty: bool = True) -> None:
@@ -195,6 +197,7 @@ def make_draft(
     branch: str = "",
     run_id: str | None = None,
     step: str = "",
+    workflow: str = "",
     max_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
 ) -> ChunkDraft:
     """Validate one chunk; raises :class:`ChunkInvalid` naming the field."""
@@ -231,6 +234,7 @@ def make_draft(
         branch=branch,
         run_id=run_id,
         step=step,
+        workflow=workflow[:300],
     )
 
 

@@ -132,6 +132,8 @@ class Chunk(models.Model):
     kind = models.CharField(max_length=16, choices=KIND_CHOICES, default="message")
     content = models.JSONField()
     agent = models.CharField(max_length=200, blank=True, default="")
+    #: The workflow path (``outer/inner``) whose code wrote the chunk, when one did.
+    workflow = models.CharField(max_length=300, blank=True, default="")
     run_id = models.UUIDField(null=True, blank=True)
     step = models.CharField(max_length=200, blank=True, default="")
     tool_call_id = models.CharField(max_length=200, blank=True, default="")

@@ -61,7 +61,8 @@ def _ctx_fields() -> dict[str, Any]:
 
 
 def _stamp(draft: ChunkDraft) -> ChunkDraft:
-    """Fill the agent/run/step of the current write context where the draft leaves them empty."""
+    """Fill the agent/workflow/run/step of the current write context where the draft leaves them
+    empty."""
     ctx = context.current()
     changes: dict[str, Any] = {}
     if not draft.agent and ctx.agent:
@@ -70,6 +71,8 @@ def _stamp(draft: ChunkDraft) -> ChunkDraft:
         changes["run_id"] = str(ctx.run_id)
     if not draft.step and ctx.step:
         changes["step"] = ctx.step
+    if not draft.workflow and ctx.workflow:
+        changes["workflow"] = ctx.workflow
     return replace(draft, **changes) if changes else draft
 
 
@@ -83,6 +86,7 @@ def _chunk_rows(session: Session, drafts: Sequence[ChunkDraft], start: int) -> l
             kind=draft.kind,
             content=draft.content,
             agent=draft.agent,
+            workflow=draft.workflow,
             run_id=uuid.UUID(draft.run_id) if draft.run_id else None,
             step=draft.step,
             tool_call_id=draft.tool_call_id,
@@ -503,6 +507,7 @@ def session_merge(
                 branch=str(branch.session.id),
                 run_id=str(c.run_id) if c.run_id else None,
                 step=c.step,
+                workflow=c.workflow,
             )
             for branch in branches
             for c in branch.chunks

@@ -59,6 +59,7 @@ def _session_record(session: Session, base: str | None, base_len: int, own_len: 
         "usage": session.usage,
         "created_by": session.created_by,
         "agent": session.agent,
+        "workflow": session.workflow,
         "run": str(session.run_id) if session.run_id else None,
         "step": session.step,
         "created_at": _iso(session.created_at),
@@ -74,6 +75,7 @@ def _chunk_record(chunk: Chunk, session_id: str) -> dict[str, Any]:
         "kind": chunk.kind,
         "content": chunk.content,
         "agent": chunk.agent,
+        "workflow": chunk.workflow,
         "run": str(chunk.run_id) if chunk.run_id else None,
         "step": chunk.step,
         "tool_call_id": chunk.tool_call_id,
@@ -159,6 +161,7 @@ def export_graph(session: Session) -> Iterator[str]:
                 "at": edge.parent_len,
                 "position": edge.position,
                 "agent": edge.agent,
+                "workflow": edge.workflow,
                 "run": str(edge.run_id) if edge.run_id else None,
                 "step": edge.step,
                 "created_at": _iso(edge.created_at),
@@ -226,6 +229,7 @@ def _insert_chunks(session: Session, drafts: Sequence[ChunkDraft], start: int) -
                 kind=d.kind,
                 content=d.content,
                 agent=d.agent,
+                workflow=d.workflow,
                 run_id=_uuid_or_none(d.run_id),
                 step=d.step,
                 tool_call_id=d.tool_call_id,
@@ -319,6 +323,8 @@ def _import_export(project: Project, document: Any, result: ImportResult, by: st
             incomplete=bool(record.get("incomplete")),
             created_by=by,
             agent=str(record.get("agent") or "")[:200],
+            # Exports before the workflow field have none: the session's writer is unknown.
+            workflow=str(record.get("workflow") or "")[:300],
             run_id=_uuid_or_none(record.get("run")),
             step=str(record.get("step") or "")[:200],
             **_usage_fields(record.get("usage")),
@@ -333,6 +339,7 @@ def _import_export(project: Project, document: Any, result: ImportResult, by: st
                 branch=_remap_branch(str(c.get("branch") or ""), local),
                 run_id=str(c["run"]) if c.get("run") else None,
                 step=str(c.get("step") or ""),
+                workflow=str(c.get("workflow") or ""),
             )
             for c in own
         ]
@@ -354,6 +361,7 @@ def _import_export(project: Project, document: Any, result: ImportResult, by: st
             parent_len=int(edge.get("at") or 0),
             position=int(edge.get("position") or 0),
             agent=str(edge.get("agent") or "")[:200],
+            workflow=str(edge.get("workflow") or "")[:300],
             run_id=_uuid_or_none(edge.get("run")),
             step=str(edge.get("step") or "")[:200],
         )

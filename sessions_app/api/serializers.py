@@ -62,6 +62,7 @@ class SessionOut(serializers.ModelSerializer):
             "updated_at",
             "base",
             "agent",
+            "workflow",
             "run",
             "step",
             "created_by",
@@ -99,6 +100,7 @@ class ChunkOut(serializers.ModelSerializer):
             "kind",
             "content",
             "agent",
+            "workflow",
             "run",
             "step",
             "tool_call_id",
@@ -193,6 +195,9 @@ class LineageEdgeOut(serializers.Serializer):
     at = serializers.IntegerField(source="parent_len")
     position = serializers.IntegerField()
     agent = serializers.CharField()
+    workflow = serializers.CharField(
+        help_text="The workflow path (outer/inner) whose code made the edge; empty if none did."
+    )
     run = serializers.UUIDField(source="run_id", allow_null=True)
     step = serializers.CharField()
 
@@ -224,6 +229,13 @@ class ImportFileIn(StrictInputSerializer):
 class ImportIn(StrictInputSerializer):
     project = ProjectRefField()
     files = ImportFileIn(many=True, min_length=1, max_length=200)  # type: ignore[call-arg]
+
+
+class ImportJSONLinesQuery(serializers.Serializer):
+    """The query of an import whose body is one JSON Lines file."""
+
+    project = ProjectRefField()
+    name = serializers.CharField(max_length=300, default="body.jsonl")
 
 
 class ImportOut(serializers.Serializer):

@@ -9,13 +9,24 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from openrath_project.api.filters import CreatedRangeFilterSet
+from openrath_project.api.parsers import (
+    JSONLines,
+    JSONLinesParser,
+    NDJSONParser,
+    StrictJSONParser,
+)
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, PayloadTooLarge, ValidationFailed
@@ -29,6 +40,7 @@ from sessions_app.api.serializers import (
     DetachIn,
     ForkIn,
     ImportIn,
+    ImportJSONLinesQuery,
     ImportOut,
     LineageEdgeOut,
     LineageOut,
@@ -83,6 +95,7 @@ class SessionFilter(CreatedRangeFilterSet):
         return selectors.sessions_with_agent(queryset, value)
 
 
+@extend_schema_view(list=extend_schema(summary="List sessions (newest first)"))
 class SessionViewSet(
     ScopedAPIView,
     mixins.ListModelMixin,
@@ -118,6 +131,10 @@ class SessionViewSet(
     queryset = Session.objects.none()
     filterset_class = SessionFilter
     cursor_ordering = ("-id",)
+    action_query_params: ClassVar[dict[str, tuple[str, ...]]] = {
+        "chunks": ("after", "limit"),
+        "lineage": ("direction", "limit", "after"),
+    }
 
     def scope_queryset(self, principal: Principal) -> QuerySet[Session]:
         return selectors.session_list(principal=principal)
@@ -340,21 +357,59 @@ class SessionViewSet(
         response["Content-Disposition"] = f'attachment; filename="{digest}"'
         return response
 
-    @extend_schema(
-        request=ImportIn,
-        responses={201: ImportOut},
-        summary="Import JSONL: our export, OpenRath v1 session logs or v1 lineage rows",
-    )
-    @action(detail=False, methods=["post"], url_path="import")
-    def import_sessions(self, request: Request) -> Response:
+    def _import_request(self, request: Request) -> tuple[str, list[tuple[str, str]]]:
+        """The project and the files of an import: a JSON envelope, or one raw JSON Lines body
+        (``application/jsonl`` or ``application/x-ndjson``) with ``?project=``."""
+        if isinstance(request.data, JSONLines):
+            query = ImportJSONLinesQuery(data=request.query_params)
+            query.is_valid(raise_exception=True)
+            values = query.validated_data
+            return values["project"], [(values["name"], str(request.data))]
         data = ImportIn(data=request.data)
         data.is_valid(raise_exception=True)
-        project = project_get(principal=self.principal, ref=data.validated_data["project"])
+        files = [(f["name"], f["content"]) for f in data.validated_data["files"]]
+        return data.validated_data["project"], files
+
+    @extend_schema(
+        request={
+            "application/json": ImportIn,
+            "application/jsonl": OpenApiTypes.STR,
+            "application/x-ndjson": OpenApiTypes.STR,
+        },
+        parameters=[
+            OpenApiParameter(
+                "project",
+                str,
+                description="With a JSON Lines body only: the project (slug or id).",
+            ),
+            OpenApiParameter(
+                "name",
+                str,
+                description="With a JSON Lines body only: the file name errors name "
+                "(default `body.jsonl`).",
+            ),
+        ],
+        responses={201: ImportOut},
+        summary="Import JSONL: our export, OpenRath v1 session logs or v1 lineage rows",
+        description=(
+            "Either a JSON envelope `{project, files: [{name, content}]}`, or the raw JSONL of "
+            "one file with `Content-Type: application/jsonl` (or `application/x-ndjson`) and "
+            "`?project=`: `curl --data-binary @graph.jsonl -H 'Content-Type: application/jsonl' "
+            "'.../sessions/import/?project=default'` imports what export returned."
+        ),
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        parser_classes=[StrictJSONParser, JSONLinesParser, NDJSONParser],
+    )
+    def import_sessions(self, request: Request) -> Response:
+        project_ref, files = self._import_request(request)
+        project = project_get(principal=self.principal, ref=project_ref)
         self.audit(project=project)
         result = transfer.import_files(
-            project=project,
-            files=[(f["name"], f["content"]) for f in data.validated_data["files"]],
-            created_by=self.principal.actor,
+            project=project, files=files, created_by=self.principal.actor
         )
         self.audit(details={"sessions": len(result.sessions)})
         rows = list(

@@ -172,6 +172,7 @@
     head.appendChild(el("span", "role", chunk.role));
     head.appendChild(el("span", "kind", chunk.kind));
     if (chunk.agent) { head.appendChild(el("span", "agent", chunk.agent)); }
+    if (chunk.workflow) { head.appendChild(el("span", "workflow", chunk.workflow)); }
     head.appendChild(el("span", "trust trust-" + chunk.trust, chunk.trust));
     if (chunk.branch) {
       var branch = el("span", "branch", "from branch ");
