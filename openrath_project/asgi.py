@@ -1,4 +1,15 @@
-"""ASGI entry point: ``openrath_project.asgi:application`` (HTTP and WebSocket)."""
+"""ASGI entry point: ``openrath_project.asgi:application`` (HTTP, WebSocket and lifespan).
+
+Whatever server runs it (``manage.py serve``, ``uvicorn openrath_project.asgi:application``,
+any ASGI server), each process:
+
+* starts the embedded profile's in-process worker threads once, at lifespan start-up, and stops
+  them at shutdown (uvicorn sends lifespan events by default; under a server that does not,
+  run ``manage.py run_worker`` beside it);
+* in production, checks the migrations at start: unapplied ones refuse the start with one line;
+  an unreachable database keeps ``/healthz`` answering and everything else a 503 until it
+  answers (``openrath_project.startup``).
+"""
 
 import os
 
@@ -15,12 +26,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from openrath_project.bodylimit import AsgiBodyLimit  # noqa: E402
 from openrath_project.jsonlog import install_log_redaction  # noqa: E402
+from openrath_project.lifespan import Lifespan, StartupGateMiddleware  # noqa: E402
 from openrath_project.publisher import install_publisher  # noqa: E402
 from openrath_project.routing import websocket_urlpatterns  # noqa: E402
-from openrath_project.startup import require_migrations_applied  # noqa: E402
+from openrath_project.startup import open_web_gate  # noqa: E402
 from openrath_project.ws.auth import BrowserOriginValidator, StreamAuthMiddleware  # noqa: E402
 
-require_migrations_applied("the ASGI web process")
+gate = open_web_gate("the ASGI web process")
 
 # uvicorn's access and error lines name paths with their query strings: redact credentials.
 install_log_redaction()
@@ -33,9 +45,15 @@ install_publisher()
 # Origin is not a browser and may only use a bearer token.
 # AsgiBodyLimit refuses a body over OPENRATH_MAX_REQUEST_BYTES while it arrives, before Django
 # reads (and spools) it: Content-Length or not.
+# StartupGateMiddleware answers 503 (but /healthz and /readyz) while the production database has
+# not been found migrated.
 application = ProtocolTypeRouter(
     {
-        "http": AsgiBodyLimit(django_asgi_app),
-        "websocket": BrowserOriginValidator(StreamAuthMiddleware(URLRouter(websocket_urlpatterns))),
+        "http": StartupGateMiddleware(AsgiBodyLimit(django_asgi_app), gate=gate),
+        "websocket": StartupGateMiddleware(
+            BrowserOriginValidator(StreamAuthMiddleware(URLRouter(websocket_urlpatterns))),
+            gate=gate,
+        ),
+        "lifespan": Lifespan(),
     }
 )

@@ -1,5 +1,13 @@
-"""Liveness (``/healthz``) and readiness (``/readyz``: database, Redis and storage, and which tool
-sandbox is in force)."""
+"""Liveness (``/healthz``) and readiness (``/readyz``: database, Redis and storage, which tool
+sandbox is in force, and whether any worker can claim runs).
+
+``workers`` in the body says whether a worker can claim: in the embedded profile, this process's
+worker threads (started by the ASGI lifespan); elsewhere, the workers whose heartbeat is recent
+(``runs_app.heartbeats``: ``run_worker`` loops and the Celery worker executing beat's reconcile,
+recorded in Redis). It never fails readiness: a web process without workers still serves the
+API and the console (runs wait, queued), and taking it out of service would turn a worker outage
+into a full one. Alert on ``workers.can_claim`` instead.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ READYZ_DATABASE_WAIT_SECONDS = 2.0
 def check_database() -> None:
     pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
     if pool is not None and connection.connection is None:  # the ASGI web process: pooled
+        pool.open()  # Django opens it on first use; a probe may come first (no-op once open)
         with pool.connection(timeout=READYZ_DATABASE_WAIT_SECONDS) as conn:
             conn.execute("SELECT 1").fetchone()
         return
@@ -70,10 +79,23 @@ def check_sandbox() -> None:
         raise RuntimeError(status.detail)
 
 
+def check_migrations() -> None:
+    """The production web process started while the database was unreachable: ready once the
+    database answers and its migrations are applied (``openrath_project.startup``)."""
+    from openrath_project.startup import web_gate
+
+    if web_gate is not None and not web_gate.check():
+        raise RuntimeError(web_gate.reason)
+
+
 def readiness_checks() -> dict[str, Callable[[], None]]:
+    from openrath_project.startup import web_gate
     from sessions_app.sandbox import sandbox_mode
 
-    checks: dict[str, Callable[[], None]] = {"database": check_database}
+    checks: dict[str, Callable[[], None]] = {}
+    if web_gate is not None and not web_gate.open:
+        checks["migrations"] = check_migrations
+    checks["database"] = check_database
     if settings.REDIS_URL:
         checks["redis"] = check_redis
     checks["storage"] = check_storage
@@ -87,6 +109,37 @@ def sandbox_detail() -> dict[str, object]:
     from sessions_app.sandbox import sandbox_status
 
     return sandbox_status().as_dict()
+
+
+def workers_detail() -> dict[str, object]:
+    """Whether any worker can claim runs, and what says so (see the module docstring)."""
+    from runs_app import heartbeats
+    from runs_app.worker import embedded_workers_alive, embedded_workers_wanted
+
+    wanted = embedded_workers_wanted()
+    if wanted:
+        alive = embedded_workers_alive()
+        return {"can_claim": alive > 0, "source": "embedded", "alive": alive, "expected": wanted}
+    if not settings.REDIS_URL:
+        return {
+            "can_claim": None,
+            "source": "none",
+            "detail": "no embedded workers and no Redis to record heartbeats in: unknown",
+        }
+    try:
+        seen = heartbeats.recent()
+    except Exception as exc:  # readiness reports any failure, whatever its type
+        return {
+            "can_claim": None,
+            "source": "heartbeats",
+            "detail": f"{type(exc).__name__}: {exc}"[:300],
+        }
+    return {
+        "can_claim": bool(seen),
+        "source": "heartbeats",
+        "within_seconds": heartbeats.HEARTBEAT_TTL_SECONDS,
+        "seen": dict(sorted(seen.items())),
+    }
 
 
 @require_GET
@@ -109,5 +162,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
         "failed": failed,
         "checks": results,
         "sandbox": sandbox_detail(),
+        "workers": workers_detail(),
     }
     return JsonResponse(body, status=503 if failed else 200)

@@ -105,6 +105,8 @@ MIDDLEWARE = [
     "openrath_project.middleware.AuditMiddleware",
     "openrath_project.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Around WhiteNoise: its file responses stream through an async iterator under ASGI.
+    "openrath_project.async_files.AsyncStreamingMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Content-Security-Policy (django-csp); Permissions-Policy, no-store (openrath_project.headers).
     "csp.middleware.CSPMiddleware",

@@ -3,15 +3,28 @@
 In the production profile a process refuses to start while migrations are unapplied: the
 runtime role cannot apply them (no DDL), and running old code against a new schema, or new code
 against an old one, is how data gets lost.
+
+While the database is unreachable at start:
+
+* a worker or beat process exits non-zero with one readable line (its orchestrator restarts it);
+* the ASGI web process keeps serving ``/healthz`` (it is alive) and answers ``/readyz`` and every
+  other request with a 503 until the database answers; then it checks the migrations once, and
+  from there serves (or keeps answering 503, naming the unapplied migrations). A Kubernetes
+  Service sends it no traffic meanwhile, and the liveness probe does not restart it in a loop.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
+import time
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
+
+logger = logging.getLogger(__name__)
 
 
 def unapplied_migrations(alias: str = DEFAULT_DB_ALIAS) -> list[str]:
@@ -36,20 +49,119 @@ def announce_sandbox() -> None:
     sandbox_status()
 
 
+class DatabaseUnreachable(SystemExit):
+    pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _pending_message(process: str, pending: list[str]) -> str:
+    shown = ", ".join(pending[:5]) + (" ..." if len(pending) > 5 else "")
+    return (
+        f"Refusing to start {process}: {len(pending)} unapplied migration(s) ({shown}). "
+        "Run `openrath-migrate` with the owner role (MIGRATION_DATABASE_URL) first."
+    )
+
+
+def _unreachable_message(process: str, exc: BaseException) -> str:
+    return f"Cannot start {process}: the database is unreachable ({_one_line(exc)})."
+
+
 def require_migrations_applied(process: str) -> None:
-    """Exit with a readable message when the production database is behind the code.
+    """Exit with a readable message when the production database is behind the code, or
+    unreachable (one line, exit status 1, no traceback).
 
     Every long-running process calls this at start, so it also announces the tool sandbox.
     """
     announce_sandbox()
     if not settings.PRODUCTION:
         return
-    pending = unapplied_migrations()
+    try:
+        pending = unapplied_migrations()
+    except DatabaseError as exc:
+        message = _unreachable_message(process, exc)
+        print(message, file=sys.stderr)
+        raise DatabaseUnreachable(1) from None  # the line above is the whole message
+    finally:
+        connections[DEFAULT_DB_ALIAS].close()
     if pending:
-        shown = ", ".join(pending[:5]) + (" ..." if len(pending) > 5 else "")
-        message = (
-            f"Refusing to start {process}: {len(pending)} unapplied migration(s) ({shown}). "
-            "Run `openrath-migrate` with the owner role (MIGRATION_DATABASE_URL) first."
-        )
+        message = _pending_message(process, pending)
         print(message, file=sys.stderr)
         raise UnappliedMigrations(message)
+
+
+class MigrationGate:
+    """The web process's start-up check, repeated until the database answers once.
+
+    ``open`` once the migrations were found applied; until then :meth:`check` (at most every
+    ``retry_seconds``) tries again and ``reason`` says why it is closed.
+    """
+
+    def __init__(self, process: str, *, retry_seconds: float = 2.0) -> None:
+        self.process = process
+        self.retry_seconds = retry_seconds
+        self.open = False
+        self.reason = "the database has not been checked yet"
+        self._last_attempt = float("-inf")
+        self._lock = threading.Lock()
+
+    def check(self, *, at_start: bool = False) -> bool:
+        """``True`` once migrations are applied. At start, unapplied migrations exit
+        (:class:`UnappliedMigrations`); later they keep the gate closed (a running server
+        does not exit under its requests) and ``reason`` names them."""
+        if self.open:
+            return True
+        with self._lock:
+            if self.open:
+                return True
+            now = time.monotonic()
+            if not at_start and now - self._last_attempt < self.retry_seconds:
+                return False
+            self._last_attempt = now
+            try:
+                from openrath_project.health import check_database
+
+                check_database()  # bounded (a pooled connection waits at most 2 s)
+                pending = unapplied_migrations()
+            except Exception as exc:  # DatabaseError, or the pool's PoolTimeout
+                self.reason = f"the database is unreachable ({_one_line(exc)})"
+                if at_start:
+                    print(
+                        f"{self.process}: {self.reason}; serving /healthz, and 503 on /readyz "
+                        "and every other request until it answers",
+                        file=sys.stderr,
+                    )
+                return False
+            finally:
+                connections[DEFAULT_DB_ALIAS].close()
+            if pending:
+                message = _pending_message(self.process, pending)
+                if at_start:
+                    print(message, file=sys.stderr)
+                    raise UnappliedMigrations(message)
+                self.reason = message
+                return False
+            if not at_start:
+                logger.info("%s: the database answers and its migrations are applied", self.process)
+            self.open = True
+            self.reason = ""
+            return True
+
+
+#: The web process's gate (``None`` outside a production ASGI process: nothing to wait for).
+web_gate: MigrationGate | None = None
+
+
+def open_web_gate(process: str) -> MigrationGate | None:
+    """Check the migrations of the web process at start (see the module docstring)."""
+    global web_gate
+    announce_sandbox()
+    if not settings.PRODUCTION:
+        return None
+    gate = MigrationGate(process)
+    gate.check(at_start=True)
+    web_gate = gate
+    return gate

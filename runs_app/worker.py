@@ -25,7 +25,7 @@ import uuid
 
 from django.db import close_old_connections, connection
 
-from runs_app import dispatch, services
+from runs_app import dispatch, heartbeats, services
 from runs_app.executor import Outcome, run_one
 from runs_app.registration import workflows
 
@@ -71,6 +71,7 @@ class Worker:
         if now - self._last_reconcile < self.reconcile_every:
             return
         self._last_reconcile = now
+        heartbeats.record(self.name)  # best effort; /readyz reports the recent ones
         try:
             result = services.reconcile()
             if result.expired_leases or result.timed_out or result.failed_crashes:
@@ -115,7 +116,27 @@ class Worker:
 
 
 _embedded: list[Worker] = []
+_embedded_threads: list[threading.Thread] = []
 _embedded_lock = threading.Lock()
+
+
+def embedded_workers_wanted() -> int:
+    """How many embedded worker threads this profile runs in the web process (0: none)."""
+    from django.conf import settings
+
+    if settings.OPENRATH_DISPATCH != "local":
+        return 0
+    return max(0, int(settings.OPENRATH_EMBEDDED_WORKERS))
+
+
+def embedded_workers_alive() -> int:
+    """Embedded worker threads of this process that are running (and not told to stop)."""
+    with _embedded_lock:
+        return sum(
+            1
+            for worker, thread in zip(_embedded, _embedded_threads, strict=True)
+            if thread.is_alive() and not worker.stopping.is_set()
+        )
 
 
 def start_embedded_workers(count: int) -> list[Worker]:
@@ -138,6 +159,7 @@ def start_embedded_workers(count: int) -> list[Worker]:
             )
             thread.start()
             _embedded.append(worker)
+            _embedded_threads.append(thread)
         logger.info("started %d embedded worker thread(s)", len(_embedded))
         return list(_embedded)
 
@@ -147,3 +169,4 @@ def stop_embedded_workers() -> None:
         for worker in _embedded:
             worker.stop()
         _embedded.clear()
+        _embedded_threads.clear()

@@ -17,10 +17,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
 
-        if settings.OPENRATH_DISPATCH == "local" and settings.OPENRATH_EMBEDDED_WORKERS > 0:
-            from runs_app.worker import start_embedded_workers
-
-            start_embedded_workers(settings.OPENRATH_EMBEDDED_WORKERS)
+        # The embedded workers start in each server process from the ASGI lifespan
+        # (openrath_project.lifespan), as under `uvicorn openrath_project.asgi:application`.
         self.stdout.write(
             f"serving the {settings.PROFILE} profile on http://{options['host']}:{options['port']}/"
         )
@@ -31,5 +29,5 @@ class Command(BaseCommand):
             workers=options["workers"],
             log_level="info",
             proxy_headers=True,
-            lifespan="off",
+            lifespan="on",
         )
