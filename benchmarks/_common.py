@@ -127,36 +127,51 @@ def manage(env: dict[str, str], *args: str) -> str:
 # --- Ports on 127.0.0.1 (benchmarks and the tests that start the production profile) ---------
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free on 127.0.0.1 a moment ago."""
+def _service_port_range() -> range:
+    """Ports for the servers tests and benchmarks start: below Linux's ephemeral range, so no
+    outgoing connection can take one between the check and the server binding it, and a client
+    retrying a stopped server (an outage drill) can never connect to itself (TCP self-connect),
+    which holds the port and keeps the server from coming back."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(20000, max(low, 21000))
+
+
+def _bindable(ports: range) -> bool:
     sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for port in ports:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
             sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
+            sock.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
     finally:
         for sock in sockets:
             sock.close()
 
 
 def consecutive_free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports on 127.0.0.1 (SeaweedFS's gRPC ports are
-    BASE+0..3). Taken from 20000-31999, below Linux's ephemeral range (32768+), so no outgoing
-    connection can take one between this check and the server binding it."""
-    for _ in range(200):
-        base = 20000 + secrets.randbelow(12000 - count)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
+    """The first of ``count`` consecutive ports free on 127.0.0.1 a moment ago (SeaweedFS's gRPC
+    ports are BASE+0..3), from the service range above."""
+    span = _service_port_range()
+    for _ in range(500):
+        base = span.start + secrets.randbelow(len(span) - count)
+        if _bindable(range(base, base + count)):
             return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 a moment ago, from the service range above."""
+    ports: list[int] = []
+    for _ in range(count):
+        while True:
+            port = consecutive_free_ports(1)
+            if port not in ports:
+                ports.append(port)
+                break
+    return ports

@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from effects_app.models import EffectRecord
 from openrath_project.errors import Conflict
+from openrath_project.jsontext import digest
 from runs_app import services as run_services
 from runs_app.control import LeaseLost, NeedsReview
 from runs_app.models import Run
-from runs_app.state_delta import canonical
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def effect_call(
     if not isinstance(key, str) or not key or len(key) > 200:
         raise ValueError("an effect key is a non-empty string of at most 200 characters")
     request = request_of(fn, args, kwargs)
-    digest = hashlib.sha256(canonical(request).encode()).hexdigest()
+    request_digest = digest(request)
     record = EffectRecord.objects.filter(run_id=ctx.run_id, step=ctx.step, key=key).first()
     if record is None:
         try:
@@ -127,18 +127,18 @@ def effect_call(
                     idempotency_key=derive_idempotency_key(ctx.run_id, ctx.step, key),
                     effect_class="idempotent" if idempotent else "non_idempotent",
                     request=request,
-                    request_digest=digest,
+                    request_digest=request_digest,
                     fencing_token=ctx.fencing_token,
                 )
         except IntegrityError:
             record = EffectRecord.objects.get(run_id=ctx.run_id, step=ctx.step, key=key)
-    if record.request_digest != digest:
+    if record.request_digest != request_digest:
         raise EffectConflict(
             f"effect {key!r} of step {ctx.step!r} was recorded with a different request",
             details={
                 "effect": str(record.id),
                 "recorded_digest": record.request_digest,
-                "digest": digest,
+                "digest": request_digest,
             },
         )
     if record.status == "succeeded":
@@ -296,7 +296,7 @@ class LedgerDecisions:
                     ),
                     effect_class="decision",
                     request=request,
-                    request_digest=hashlib.sha256(canonical(request).encode()).hexdigest(),
+                    request_digest=digest(request),
                     status="succeeded",
                     result=_jsonable(value),
                     attempts=1,

@@ -1,13 +1,29 @@
-"""JSON text PostgreSQL can store. ``jsonb`` (and ``text``) cannot hold the NUL character:
+"""JSON text: the canonical form and its digest, and text PostgreSQL can store.
+
+``jsonb`` (and ``text``) cannot hold the NUL character:
 ``"\\u0000"`` is valid JSON and SQLite takes it, but PostgreSQL refuses the whole row. Inputs
 are checked where they enter (the API's JSON parser, chunk drafts), so both profiles answer
 the same clear error instead of PostgreSQL's."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 NUL = "\x00"
+
+
+def canonical(value: Any) -> str:
+    """The one canonical JSON text of a value: sorted keys, no spaces, UTF-8 as is. Digests,
+    state deltas and idempotency comparisons are all over this text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any) -> str:
+    """The SHA-256 (hex) of ``canonical(value)``: a run request's, an interrupt or effect
+    request's and a checkpoint state's digest are all this one function."""
+    return hashlib.sha256(canonical(value).encode()).hexdigest()
 
 
 def nul_path(value: Any, path: str = "$") -> str | None:

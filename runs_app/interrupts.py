@@ -11,7 +11,6 @@ default; with none declared the run ends ``timed_out``. A second resolution is a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,10 +22,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from openrath_project.errors import Conflict, ValidationFailed
+from openrath_project.jsontext import digest
 from runs_app import services
 from runs_app.control import InterruptRejected, StepSuspended
 from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
-from runs_app.state_delta import canonical
 from sessions_app import services as session_services
 
 
@@ -76,10 +75,6 @@ class Decision:
     @property
     def payload(self) -> Any:
         return self.response if self.response is not None else {}
-
-
-def request_digest(request: Any) -> str:
-    return hashlib.sha256(canonical(request).encode()).hexdigest()
 
 
 def _kind(kind: Any) -> str:
@@ -158,7 +153,7 @@ def interrupt_request(
                         kind=kind_value,
                         title=(title or _title(kind_value, payload))[:300],
                         request=payload,
-                        request_digest=request_digest(payload),
+                        request_digest=digest(payload),
                         schema=schema,
                         expires_at=expires_at,
                         default=default,

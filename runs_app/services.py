@@ -13,7 +13,6 @@ parent only after it committed its own end (see :func:`branch_finished`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import uuid
@@ -31,12 +30,13 @@ from django.utils import timezone
 from openrath_project import large_values, metrics
 from openrath_project.errors import Conflict, RateLimited, ValidationFailed
 from openrath_project.ids import uuid7
+from openrath_project.jsontext import canonical, digest
 from openrath_project.tenancy.models import Project
 from runs_app import dispatch
 from runs_app.models import Checkpoint, Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
-from runs_app.state_delta import canonical, check_json_state, diff, digest
+from runs_app.state_delta import check_json_state, diff
 from runs_app.transitions import ACTIVE, TERMINAL, check_transition
 from sessions_app import context as session_context
 from sessions_app import services as session_services
@@ -56,10 +56,6 @@ class StaleLease(Conflict):
     """The worker's lease is gone (expired and taken over, or the run was cancelled)."""
 
     code = "stale_lease"
-
-
-def request_digest(body: Any) -> str:
-    return hashlib.sha256(canonical(body).encode()).hexdigest()
 
 
 def _lease_seconds() -> int:
@@ -233,7 +229,7 @@ def _arguments_digest(
     cost_budget_usd: Decimal | None,
 ) -> str:
     """The request digest of an in-process submission (see :func:`run_create`)."""
-    return request_digest(
+    return digest(
         {
             "workflow": workflow.name,
             "plan": workflow.plan.hash,
@@ -762,7 +758,7 @@ def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) 
         stored_state = diff(commit.previous_state, state)
         if len(canonical(stored_state)) >= len(state_json):
             stored_state, full = state, True
-    state_digest = hashlib.sha256(state_json.encode()).hexdigest()
+    state_digest = digest(state)
     event_data = dict(commit.event_data or {})
     event_data.setdefault("attempt", commit.attempt)
     event_data.setdefault("next", commit.next_nodes)

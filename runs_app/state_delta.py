@@ -2,27 +2,19 @@
 
 A delta is ``{"set": {key: value}, "del": [key], "sub": {key: delta}}``: top-level keys set to
 a new value, keys removed, and nested objects changed in place (recursively). Applying the
-delta to the previous state gives the new one exactly; ``digest`` checks that.
+delta to the previous state gives the new one exactly; ``jsontext.digest`` checks that.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from openrath_project.errors import ValidationFailed
 from openrath_project.jsonlimits import json_problem
+from openrath_project.jsontext import canonical
 
 JSONDict = dict[str, Any]
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def digest(state: Any) -> str:
-    return hashlib.sha256(canonical(state).encode()).hexdigest()
 
 
 def diff(old: JSONDict, new: JSONDict) -> JSONDict:

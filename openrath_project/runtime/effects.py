@@ -10,13 +10,13 @@ called again, a non-idempotent one parks the run in ``needs_review`` for a perso
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from openrath_project.jsontext import digest
 from openrath_project.library import ensure_ready
 from openrath_project.runtime.models import (
     INVOCATION_STATUS_OF,
@@ -37,9 +37,7 @@ __all__ = [
 
 def arguments_digest(arguments: Mapping[str, object]) -> str:
     """SHA-256 hex of the arguments' canonical JSON (the digest the ledger stores)."""
-    from runs_app.state_delta import canonical
-
-    return hashlib.sha256(canonical(dict(arguments)).encode()).hexdigest()
+    return digest(dict(arguments))
 
 
 @dataclass(frozen=True)

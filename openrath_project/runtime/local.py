@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from openrath_project.context import RunContext
+from openrath_project.jsontext import digest
 from openrath_project.runtime.effects import EffectLedger, Reconciliation, reconcile_stale_effects
 from openrath_project.runtime.models import Run, RunStatus, SchemaValidationError
 from openrath_project.runtime.store import RunStore
@@ -150,7 +151,7 @@ class LocalRuntime:
         session = None
         if session_id is not None:
             session = Session.objects.filter(id=str(session_id), project=project).first()
-        digest = services.request_digest(
+        request_digest = digest(
             {
                 "workflow": entry.name,
                 "state": initial,
@@ -166,7 +167,7 @@ class LocalRuntime:
             priority=priority,
             deadline=context.deadline,
             idempotency_key=idempotency_key,
-            digest_of_request=digest,
+            digest_of_request=request_digest,
             created_by=context.principal.actor,
         )
         return self.store.get_run(row.id)

@@ -24,6 +24,7 @@ from openrath_project.api.filters import CreatedRangeFilterSet, ProjectScopedFil
 from openrath_project.api.views import ScopedAPIView
 from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, ValidationFailed
+from openrath_project.jsontext import digest
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import project_get
 from runs_app import registration, selectors, services
@@ -150,7 +151,7 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
             priority=values["priority"],
             deadline=values.get("deadline"),
             idempotency_key=key,
-            digest_of_request=services.request_digest(request.data),
+            digest_of_request=digest(request.data),
             created_by=self.principal.actor,
             token_budget=values.get("token_budget"),
             cost_budget_usd=(
