@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from openrath_project.errors import Conflict, NotFound, ValidationFailed
 from openrath_project.tenancy.models import Project
-from sessions_app import context, streaming
+from sessions_app import append_sql, context, streaming
 from sessions_app.chunk_rules import (
     MAX_SESSION_COST_USD,
     MAX_SESSION_TOKENS,
@@ -162,22 +162,17 @@ def session_from_user_message(
 
 # --- Append ------------------------------------------------------------------------------------
 
+# One UPDATE reserves the sequence numbers and adds the usage: the same SET list and owner
+# predicates as a run's step commit (sessions_app.append_sql), with positional parameters.
 _APPEND_SQL = f"""
     UPDATE {S}
-    SET own_len = own_len + %s,
-        usage_prompt_tokens = usage_prompt_tokens + %s,
-        usage_completion_tokens = usage_completion_tokens + %s,
-        usage_total_tokens = usage_total_tokens + %s,
-        usage_cost_usd = usage_cost_usd + %s,
+    SET {append_sql.USAGE_SET.format(n="%s", prompt="%s", completion="%s", total="%s", cost="%s")},
         updated_at = %s
     WHERE id = %s AND {{owner}}
     RETURNING base_len, own_len
 """  # noqa: S608 - the table name comes from model metadata, values are parameters
-# A fenced writer (a run's worker) appends only while the session is owned by exactly its
-# lease; anyone else only while no run owns it. A worker whose lease went stale is refused even
-# after the run released the session.
-_OWNER_FREE = "writer_run_id IS NULL"
-_OWNER_FENCE = "writer_run_id = %s AND writer_token = %s"
+_OWNER_FREE = append_sql.OWNER_FREE
+_OWNER_FENCE = append_sql.OWNER_FENCE.format(run="%s", fence="%s")
 
 
 def chunks_append(
@@ -260,7 +255,7 @@ def append_now(
             except IntegrityError as exc:  # the totals would leave their domain
                 if USAGE_CONSTRAINT not in str(exc):
                     raise
-                raise _usage_full() from exc
+                raise usage_full() from exc
             row = cursor.fetchone()
         if row is None:
             _explain_refused_append(session.id, fence)
@@ -273,7 +268,8 @@ def append_now(
     return rows
 
 
-def _usage_full() -> ValidationFailed:
+def usage_full() -> ValidationFailed:
+    """The refusal of an append whose usage totals would leave the session's domain."""
     return ValidationFailed(
         f"usage: the session's usage totals would pass their limits ({MAX_SESSION_TOKENS} "
         f"tokens, {MAX_SESSION_COST_USD} USD); nothing was appended",
@@ -693,10 +689,4 @@ def session_place(
         placement["policy"] = policy.as_json()
     Session.objects.filter(id=session.id).update(placement=placement, updated_at=timezone.now())
     session.placement = placement
-    return session
-
-
-def session_set_title(*, session: Session, title: str) -> Session:
-    Session.objects.filter(id=session.id).update(title=title[:300], updated_at=timezone.now())
-    session.title = title[:300]
     return session

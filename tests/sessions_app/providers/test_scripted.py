@@ -15,6 +15,7 @@ from sessions_app.providers import (
     ScriptExhausted,
     ToolCallRequest,
     Usage,
+    base,
     create_provider,
     make_provider,
     register_provider,
@@ -254,7 +255,10 @@ def test_registry_unknown_kind_names_the_known_ones() -> None:
     assert {"openai", "scripted"} <= set(registered_kinds())
 
 
-def test_register_a_custom_kind() -> None:
+def test_register_a_custom_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The registry is process-wide: the kind is gone again after this test.
+    monkeypatch.setattr(base, "_registry", dict(base._registry))
+
     class Echo(Provider):
         kind = "echo-test"
 
