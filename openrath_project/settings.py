@@ -358,7 +358,17 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, OPENRATH_LEASE_SECONDS * 4)}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(3600, OPENRATH_LEASE_SECONDS * 4),
+    # No broker call may wait forever: a synchronous command (a publish, an ack, the restore of
+    # unacknowledged messages on reconnect) on a connection that went silent gives up after 10 s
+    # and the worker reconnects; kombu also drops a BRPOP connection whose reply is overdue by
+    # more than 10 s (health_check_interval), and TCP keepalive finds a dead peer.
+    "socket_timeout": 10,
+    "socket_connect_timeout": 2,
+    "socket_keepalive": True,
+    "health_check_interval": 10,
+}
 CELERY_TIMEZONE = "UTC"
 # Workers keep LOGGING (JSON lines with run and step) instead of Celery's own root handler.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

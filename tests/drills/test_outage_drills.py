@@ -314,6 +314,14 @@ class Profile:
         except OSError:
             return ""
 
+    def stacks(self, name: str) -> str:
+        """What every thread of the service's main process is doing: a Celery worker logs them
+        on SIGUSR1. For a drill's failure message (where a worker hangs, not just that)."""
+        with contextlib.suppress(ProcessLookupError, OSError):
+            os.kill(self.pid(name), signal.SIGUSR1)
+            time.sleep(3)
+        return self.log_tail(name, 12000)
+
     def manage(self, *args: str) -> str:
         env = dict(self.env)
         for line in (self.run_dir / "env").read_text().splitlines():
@@ -733,11 +741,14 @@ def test_redis_stopped_runs_finish_through_the_database_worker(
     outage_seconds = time.monotonic() - outage_began
     wait_for(lambda: profile.readyz()[0] == 200, timeout=WAIT, what="/readyz to answer 200")
     # The Celery worker reconnects on its own, and runs go through the broker again.
-    wait_for(
-        lambda: profile.log_tail("worker", 10**7).count("Connected to redis://") >= 2,
-        timeout=WAIT,
-        what="the Celery worker to reconnect to Redis",
-    )
+    try:
+        wait_for(
+            lambda: profile.log_tail("worker", 10**7).count("Connected to redis://") >= 2,
+            timeout=WAIT,
+            what="the Celery worker to reconnect to Redis",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's threads:\n{profile.stacks('worker')}") from None
     after = [profile.start_run("outage_steps", state) for _ in range(6)]
     runs += after
     run_ids = [run["id"] for run in runs]
