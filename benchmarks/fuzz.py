@@ -417,8 +417,14 @@ def _conformance_request(path: str, method: str, world: dict[str, Any]) -> dict[
         ("POST", "/api/v1/projects/"): {"slug": f"c{int(time.time() * 1000) % 10**9}"},
         ("POST", "/api/v1/memory/"): {"project": "fuzz", "text": "the sky is blue"},
         ("POST", "/api/v1/memory/recall/"): {"project": "fuzz", "query": "sky"},
-        ("POST", "/api/v1/interrupts/{id}/resolve/"): {"decision": "approve"},
-        ("POST", "/api/v1/effects/{id}/resolve/"): {"decision": "applied"},
+        ("POST", "/api/v1/interrupts/{id}/resolve/"): {
+            "decision": "approve",
+            "request_digest": "0" * 64,
+        },
+        ("POST", "/api/v1/effects/{id}/resolve/"): {
+            "outcome": "applied",
+            "request_digest": "0" * 64,
+        },
     }
     request: dict[str, Any] = {"path_parameters": params}
     if method == "POST":

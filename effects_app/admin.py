@@ -1,5 +1,6 @@
 """Effect ledger admin: read-only rows; a ``needs_review`` effect is resolved only through the
-actions below, which call ``effect_resolve`` bound to the stored request digest, audited."""
+actions below, which call ``effect_resolve`` bound to the digest of the request their
+confirmation page showed (``runs_app.admin.digest_shown``), audited."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from effects_app.models import EffectRecord
 from effects_app.services import effect_resolve
 from openrath_project.console.admin_scope import EngineAdmin, reason_action, run_action
 from openrath_project.tenancy.principal import Principal
+from runs_app.admin import digest_shown
 
 
 @admin.register(EffectRecord)
@@ -38,10 +40,11 @@ class EffectRecordAdmin(EngineAdmin):
     ) -> HttpResponse | None:
         def proceed(reason: str) -> None:
             def apply(effect: EffectRecord, principal: Principal) -> dict[str, Any]:
+                # Bound to the request the page showed: changed since, it is a digest_mismatch.
                 resolved = effect_resolve(
                     effect=effect,
                     outcome=outcome,
-                    request_digest=effect.request_digest,
+                    request_digest=digest_shown(request, effect),
                     reason=reason,
                     actor=principal.actor,
                 )

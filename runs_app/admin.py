@@ -2,7 +2,8 @@
 
 Everything is read-only; state changes only through the actions below, which call the same
 services as the API and the console (``run_cancel``, ``run_resume``, ``interrupt_resolve``) and
-write one audit event per row.
+write one audit event per row. A decision on an interrupt is bound to the request its
+confirmation page showed (:func:`digest_shown`), as in the console and the API.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from openrath_project.console.admin_scope import EngineAdmin, reason_action, run_action
@@ -131,6 +132,24 @@ class CheckpointAdmin(EngineAdmin):
     show_full_result_count = False
 
 
+#: The confirmation page (templates/admin/openrath/action_reason.html) posts, for each row it
+#: listed, the digest of the request it showed under this name followed by the row's key.
+SHOWN_DIGEST_FIELD = "request_digest:"
+
+
+def digest_shown(request: HttpRequest, row: Model) -> str:
+    """The digest of ``row``'s request as the confirmation page showed it to the person now
+    deciding; a row the page did not list (a forged or stale form) is refused, so no admin
+    decision is bound to a request nobody saw."""
+    shown = request.POST.get(f"{SHOWN_DIGEST_FIELD}{row.pk}", "")
+    if not shown:
+        raise ValidationFailed(
+            "this row's request was not shown on the confirmation page: choose the action again",
+            details={"request_digest": ["This field is required."]},
+        )
+    return shown
+
+
 def _approvable_without_response(interrupt: Interrupt) -> None:
     schema = interrupt.schema if isinstance(interrupt.schema, dict) else {}
     required = schema.get("required") or []
@@ -165,14 +184,15 @@ class InterruptAdmin(EngineAdmin):
     ) -> HttpResponse | None:
         def proceed(reason: str) -> None:
             def apply(interrupt: Interrupt, principal: Principal) -> dict[str, Any]:
+                shown = digest_shown(request, interrupt)
                 if decision == "approve":
                     _approvable_without_response(interrupt)
-                # Bound to the request stored now, which is what this page listed.
+                # Bound to the request the page showed: changed since, it is a digest_mismatch.
                 resolved = interrupt_resolve(
                     interrupt=interrupt,
                     decision=decision,
                     reason=reason,
-                    request_digest=interrupt.request_digest,
+                    request_digest=shown,
                     actor=principal.actor,
                 )
                 return {

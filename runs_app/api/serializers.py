@@ -220,7 +220,6 @@ class InterruptResolveIn(StrictInputSerializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
     request_digest = serializers.RegexField(
         r"^[0-9a-f]{64}$",
-        required=False,
         help_text="The digest of the request the operator saw (409 when it differs).",
     )
 

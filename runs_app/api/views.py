@@ -361,7 +361,7 @@ class InterruptViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericVie
             decision=values["decision"],
             response=values.get("response"),
             reason=values["reason"],
-            request_digest=values.get("request_digest"),
+            request_digest=values["request_digest"],
             actor=self.principal.actor,
         )
         self.audit(

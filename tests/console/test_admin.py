@@ -12,6 +12,7 @@ from django.test import Client
 
 from effects_app.models import EffectRecord
 from memory_app import services as memory_services
+from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership, Project
 from openrath_project.tenancy.services import audit_record, token_create
 from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
@@ -215,6 +216,21 @@ def test_resume_action_needs_a_reason(superuser_client, needs_review):
     assert AuditEvent.objects.filter(action="run.resume", outcome="success").count() == 1
 
 
+def _shown_digests(page: str) -> dict[str, str]:
+    """Row key -> the request digest a confirmation page posts back for it."""
+    return dict(re.findall(r'name="request_digest:([^"]+)" value="([0-9a-f]{64})"', page))
+
+
+def _confirm(client: Client, model: str, action: str, ids: list, **extra: str):
+    """Choose the action, then submit its confirmation page as shown (digests included)."""
+    page = _action(client, model, action, ids)
+    assert page.status_code == 200
+    digests = _shown_digests(page.content.decode())
+    assert set(digests) == {str(i) for i in ids}
+    posted = {f"request_digest:{pk}": value for pk, value in digests.items()}
+    return _action(client, model, action, ids, apply="yes", **posted, **extra)
+
+
 def test_interrupt_actions(superuser_client, waiting):
     run, needs_note = waiting()
     plain_run, plain = waiting(schema=None)
@@ -223,18 +239,15 @@ def test_interrupt_actions(superuser_client, waiting):
     page = form.content.decode()
     assert f"<code>{needs_note.request_digest}</code>" in page
     assert "&quot;title&quot;: &quot;Ship release 1.2?&quot;" in page
+    assert _shown_digests(page) == {str(needs_note.id): needs_note.request_digest}
     assert Interrupt.objects.get(id=needs_note.id).status == "pending"
-    refused = _action(
-        superuser_client, "runs_app/interrupt", "approve", [needs_note.id], apply="yes"
-    )
+    refused = _confirm(superuser_client, "runs_app/interrupt", "approve", [needs_note.id])
     assert refused.status_code == 302
     assert Interrupt.objects.get(id=needs_note.id).status == "pending"
     failure = AuditEvent.objects.get(action="interrupt.resolve", outcome="failure")
     assert failure.details["error"].startswith("this approval needs a response (required: note)")
-    _action(superuser_client, "runs_app/interrupt", "approve", [plain.id], apply="yes")
-    _action(
-        superuser_client, "runs_app/interrupt", "reject", [needs_note.id], apply="yes", reason="no"
-    )
+    _confirm(superuser_client, "runs_app/interrupt", "approve", [plain.id])
+    _confirm(superuser_client, "runs_app/interrupt", "reject", [needs_note.id], reason="no")
     plain.refresh_from_db()
     needs_note.refresh_from_db()
     assert (plain.status, plain.decision, plain.resolved_by) == ("resolved", "approve", "user:root")
@@ -249,13 +262,79 @@ def test_interrupt_actions(superuser_client, waiting):
     )
 
 
+def test_an_admin_decision_is_bound_to_the_request_its_page_showed(superuser_client, waiting):
+    """The confirmation page shows the request (escaped) and posts its digest back; a request
+    changed in between is a digest_mismatch and nothing is decided; a POST that carries no
+    digest for a row (the page never listed it) decides nothing either."""
+    run, interrupt = waiting(schema=None)
+    hostile = {"title": "<script>alert(1)</script>", "amount": 10}
+    Interrupt.objects.filter(id=interrupt.id).update(
+        request=hostile, request_digest=digest(hostile)
+    )
+    page = _action(superuser_client, "runs_app/interrupt", "approve", [interrupt.id])
+    body = page.content.decode()
+    assert "<script>alert(1)</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert _shown_digests(body) == {str(interrupt.id): digest(hostile)}
+
+    # Someone changes the request while the page is open: the decision is refused.
+    changed = {"title": "<script>alert(1)</script>", "amount": 10_000}
+    Interrupt.objects.filter(id=interrupt.id).update(
+        request=changed, request_digest=digest(changed)
+    )
+    before = AuditEvent.objects.count()
+    stale = _action(
+        superuser_client,
+        "runs_app/interrupt",
+        "approve",
+        [interrupt.id],
+        apply="yes",
+        **{f"request_digest:{interrupt.id}": digest(hostile)},
+    )
+    assert stale.status_code == 302
+    shown = [str(m) for m in superuser_client.get(stale["Location"]).context["messages"]]
+    assert shown == [
+        f"{interrupt}: request_digest does not match the interrupt's request: reload and review"
+    ]
+    assert (Interrupt.objects.get(id=interrupt.id).status, Run.objects.get(id=run.id).status) == (
+        "pending",
+        "waiting",
+    )
+    (row,) = list(AuditEvent.objects.order_by("id"))[before:]
+    assert (row.action, row.outcome, row.status_code, row.details["error_code"]) == (
+        "interrupt.resolve",
+        "failure",
+        409,
+        "digest_mismatch",
+    )
+
+    # No digest posted for the row: refused before the service is asked.
+    _action(superuser_client, "runs_app/interrupt", "approve", [interrupt.id], apply="yes")
+    assert Interrupt.objects.get(id=interrupt.id).status == "pending"
+    missing = AuditEvent.objects.filter(action="interrupt.resolve").latest("id")
+    assert (missing.outcome, missing.status_code, missing.details["error_code"]) == (
+        "failure",
+        400,
+        "invalid",
+    )
+
+    # A fresh look binds the decision to the current request.
+    _confirm(superuser_client, "runs_app/interrupt", "approve", [interrupt.id])
+    interrupt.refresh_from_db()
+    assert (interrupt.status, interrupt.decision) == ("resolved", "approve")
+    assert Run.objects.get(id=run.id).status == "queued"
+    done = AuditEvent.objects.filter(action="interrupt.resolve").latest("id")
+    assert (done.outcome, done.details["request_digest"]) == ("success", digest(changed))
+
+
 def test_effect_actions(superuser_client, needs_review):
     run, effect = needs_review()
     other_run, other = needs_review()
-    _action(
-        superuser_client, "effects_app/effectrecord", "mark_not_applied", [effect.id], apply="yes"
-    )
-    _action(superuser_client, "effects_app/effectrecord", "cancel_runs", [other.id], apply="yes")
+    page = _action(superuser_client, "effects_app/effectrecord", "mark_not_applied", [effect.id])
+    assert "tests.console.workflows.send_mail" in page.content.decode()
+    assert _shown_digests(page.content.decode()) == {str(effect.id): effect.request_digest}
+    _confirm(superuser_client, "effects_app/effectrecord", "mark_not_applied", [effect.id])
+    _confirm(superuser_client, "effects_app/effectrecord", "cancel_runs", [other.id])
     effect.refresh_from_db()
     other.refresh_from_db()
     assert (effect.status, effect.resolution) == ("resolved", "not_applied")
@@ -263,6 +342,25 @@ def test_effect_actions(superuser_client, needs_review):
     assert (other.status, other.resolution) == ("resolved", "cancel_run")
     assert Run.objects.get(id=other_run.id).status == "cancelled"
     assert AuditEvent.objects.filter(action="effect.resolve", outcome="success").count() == 2
+
+
+def test_an_effect_decision_needs_the_digest_its_page_showed(superuser_client, needs_review):
+    run, effect = needs_review()
+    url_action = ("effects_app/effectrecord", "mark_not_applied", [effect.id])
+    _action(superuser_client, *url_action, apply="yes")
+    stale = _action(
+        superuser_client, *url_action, apply="yes", **{f"request_digest:{effect.id}": "0" * 64}
+    )
+    assert stale.status_code == 302
+    assert (EffectRecord.objects.get(id=effect.id).status, Run.objects.get(id=run.id).status) == (
+        "needs_review",
+        "needs_review",
+    )
+    failures = AuditEvent.objects.filter(action="effect.resolve").order_by("id")
+    assert [(f.outcome, f.status_code, f.details["error_code"]) for f in failures] == [
+        ("failure", 400, "invalid"),
+        ("failure", 409, "digest_mismatch"),
+    ]
 
 
 def test_token_revoke_needs_the_grant(staff, superuser_client, tenant):

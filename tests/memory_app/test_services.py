@@ -13,10 +13,12 @@ from memory_app import bm25, facts, services
 from memory_app.models import MAX_TEXT_CHARS, MemoryEntry, MemoryStats, MemoryTerm
 from memory_app.selectors import RecallHit
 from openrath_project.errors import PayloadTooLarge, ValidationFailed
+from sessions_app import context
 from sessions_app import services as session_services
 from sessions_app.chunk_rules import make_draft
 from sessions_app.providers import ModelTurn, Provider, Usage, make_provider
 from tests.factories import ProjectFactory
+from tests.factories.memory import MemoryEntryFactory
 from tests.memory_app.conftest import memory_state
 from tests.memory_app.labelled import ENTRIES, EXPECTED, RELEVANT
 from tests.support import require_postgres
@@ -525,3 +527,36 @@ def test_concurrent_remembers_store_one_fact(tenant):
     assert len({entry.id for entry, _ in results}) == 1
     assert MemoryEntry.objects.count() == 1
     assert list(MemoryStats.objects.values_list("entries", "terms")) == [(1, 2)]
+
+
+class TestProvenance:
+    """Who wrote a fact and where it came from, as memory_remember records them."""
+
+    def test_the_author_is_the_write_context_unless_named(self, project):
+        with context.writing(actor="run:42"):
+            by_run, _ = remember(project, "Invoices are due in 30 days.")
+        named, _ = remember(project, "Refunds need a ticket.", created_by="user:ada")
+        assert (by_run.created_by, named.created_by) == ("run:42", "user:ada")
+
+    def test_a_source_is_a_chunk_position_of_a_session_of_the_project(self, project, make_session):
+        source = make_session([("user", "We ship on Fridays."), ("assistant", "Noted.")])
+        entry, _ = remember(project, "We ship on Fridays.", source_session=source, source_seq=0)
+        entry.refresh_from_db()
+        assert (entry.source_session_id, entry.source_seq) == (source.id, 0)
+        for bad, message in (
+            (True, "must be a non-negative integer"),
+            ("0", "must be a non-negative integer"),
+            (2**31, "must be at most 2147483647"),
+        ):
+            with pytest.raises(ValidationFailed) as caught:
+                remember(project, "Another fact.", source_session=source, source_seq=bad)
+            assert caught.value.details == {"source_seq": [message]}
+        assert memory_state()[0] == 1
+
+    def test_recall_takes_only_text(self, project):
+        MemoryEntryFactory(project=project, text="The staging database is small.")
+        for query in (None, 7, ["staging"]):
+            with pytest.raises(ValidationFailed) as caught:
+                services.memory_recall(project=project, query=query)
+            assert caught.value.details == {"query": ["must be a string"]}
+        assert recalled(project, "staging database") == ["The staging database is small."]

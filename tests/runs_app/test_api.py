@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from effects_app.models import EffectRecord
+from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import ApiToken
 from openrath_project.tenancy.services import token_revoke
 from runs_app import services
@@ -279,7 +280,15 @@ def test_interrupt_resolution_over_the_api(world, make_token, client_for, regist
     interrupt = world["waiting"]
     client = client_for(make_token(["interrupts:read", "interrupts:resolve"]))
     url = f"/api/v1/interrupts/{interrupt.id}/resolve/"
-    bad = client.post(url, {"decision": "approve", "response": {"note": 7}}, format="json")
+    bad = client.post(
+        url,
+        {
+            "decision": "approve",
+            "response": {"note": 7},
+            "request_digest": interrupt.request_digest,
+        },
+        format="json",
+    )
     assert bad.status_code == 400
     assert "response.note" in error_of(bad)["details"]
     mismatch = client.post(
@@ -307,7 +316,9 @@ def test_interrupt_resolution_over_the_api(world, make_token, client_for, regist
         {"note": "ok"},
         f"token:{client._credentials['HTTP_AUTHORIZATION'].split('_')[1]}",
     )
-    again = client.post(url, {"decision": "reject"}, format="json")
+    again = client.post(
+        url, {"decision": "reject", "request_digest": interrupt.request_digest}, format="json"
+    )
     assert again.status_code == 409
     assert error_of(again)["code"] == "already_resolved"
     assert Run.objects.get(id=interrupt.run_id).status == "queued"
@@ -318,6 +329,56 @@ def test_interrupt_resolution_over_the_api(world, make_token, client_for, regist
     audit = AuditEvent.objects.filter(action="interrupt.resolve").order_by("id")
     assert [a.outcome for a in audit] == ["failure", "failure", "success", "failure"]
     assert audit[2].details["request_digest"] == interrupt.request_digest
+
+
+def test_resolving_an_interrupt_over_the_api_takes_the_digest_of_the_request_seen(
+    world, make_token, client_for
+):
+    """Nobody approves what they did not see: no digest is a 400 naming it, the digest of a
+    request that has changed since is a 409, and only the current one decides."""
+    interrupt = world["waiting"]
+    client = client_for(make_token(["interrupts:read", "interrupts:resolve"]))
+    url = f"/api/v1/interrupts/{interrupt.id}/resolve/"
+    body = {"decision": "respond", "response": {"note": "ship"}}
+    before = _state()
+
+    missing = client.post(url, body, format="json")
+    assert missing.status_code == 400
+    assert error_of(missing)["code"] == "invalid"
+    assert error_of(missing)["details"] == {"request_digest": ["This field is required."]}
+    malformed = client.post(url, {**body, "request_digest": "not-a-digest"}, format="json")
+    assert malformed.status_code == 400
+    assert list(error_of(malformed)["details"]) == ["request_digest"]
+    assert _state() == before
+
+    seen = client.get(f"/api/v1/interrupts/{interrupt.id}/").json()["request_digest"]
+    assert seen == interrupt.request_digest
+    changed = {"report": "Q3", "amended": True}
+    Interrupt.objects.filter(id=interrupt.id).update(
+        request=changed, request_digest=digest(changed)
+    )
+    stale = client.post(url, {**body, "request_digest": seen}, format="json")
+    assert stale.status_code == 409
+    assert error_of(stale)["code"] == "digest_mismatch"
+    assert error_of(stale)["details"] == {"request_digest": digest(changed)}
+    assert Interrupt.objects.get(id=interrupt.id).status == "pending"
+    assert Run.objects.get(id=interrupt.run_id).status == "waiting"
+
+    current = client.get(f"/api/v1/interrupts/{interrupt.id}/").json()["request_digest"]
+    ok = client.post(url, {**body, "request_digest": current}, format="json")
+    assert ok.status_code == 200
+    assert (ok.json()["status"], ok.json()["decision"]) == ("resolved", "respond")
+    assert Run.objects.get(id=interrupt.run_id).status == "queued"
+    from openrath_project.tenancy.models import AuditEvent
+
+    audit = AuditEvent.objects.filter(action="interrupt.resolve").order_by("id")
+    assert [(a.outcome, a.status_code) for a in audit] == [
+        ("failure", 400),
+        ("failure", 400),
+        ("failure", 409),
+        ("success", 200),
+    ]
+    assert audit[3].details["request_digest"] == digest(changed)
 
 
 def test_workflows_endpoint(registry, make_token, client_for):

@@ -283,3 +283,131 @@ def test_compress_keeps_a_reference_to_what_it_replaced(make_session):
     }
     edge = LineageEdge.objects.get(child=compressed)
     assert (edge.parent_id, edge.op, edge.parent_len) == (session.id, "compress", 2)
+
+
+class TestCreate:
+    def test_create_writes_the_chunks_their_usage_and_the_write_context(self, project):
+        run = uuid.uuid4()
+        drafts = [
+            msg("question"),
+            msg("answer", "assistant", usage={"prompt_tokens": 7, "completion_tokens": 3}),
+        ]
+        with context.writing(actor="user:ada", agent="helper", run_id=run, step="ask"):
+            session = services.session_create(
+                project=project, title="t" * 400, chunks=drafts, metadata={"k": "v"}
+            )
+        session.refresh_from_db()
+        assert (session.tenant_id, session.op, session.length, len(session.title)) == (
+            project.tenant_id,
+            "create",
+            2,
+            300,
+        )
+        assert (session.created_by, session.agent, session.run_id, session.metadata) == (
+            "user:ada",
+            "helper",
+            run,
+            {"k": "v"},
+        )
+        assert session.usage == {
+            "prompt_tokens": 7,
+            "completion_tokens": 3,
+            "total_tokens": 10,
+            "cost_usd": 0.0,
+        }
+        stored = chunk_all(session.id)
+        assert [(c.seq, c.role, c.agent, c.run_id, c.step) for c in stored] == [
+            (0, "user", "helper", run, "ask"),
+            (1, "assistant", "helper", run, "ask"),
+        ]
+
+    def test_too_many_chunks_are_refused_and_nothing_is_written(self, project):
+        before = _counts()
+        drafts = [msg("x")] * (services.MAX_CHUNKS_PER_APPEND + 1)
+        with pytest.raises(ValidationFailed) as caught:
+            services.session_create(project=project, chunks=drafts)
+        assert caught.value.details == {"chunks": ["more than 1000"]}
+        assert _counts() == before
+
+    def test_from_a_user_message_the_title_is_its_start(self, project):
+        long = "Summarise the incident report " + "with every detail " * 10
+        session = services.session_from_user_message(project=project, text=long)
+        assert (session.title, texts(session)) == (long[:80], [long])
+        assert chunk_all(session.id)[0].role == "user"
+        titled = services.session_from_user_message(project=project, text="hi", title="Greeting")
+        assert titled.title == "Greeting"
+
+
+class TestAppend:
+    def test_nothing_to_append_writes_nothing(self, make_session):
+        session = make_session(["a"])
+        before = _counts()
+        assert services.chunks_append(session=session, drafts=[]) == []
+        assert _counts() == before
+
+    def test_too_many_chunks_in_one_append_are_refused(self, make_session):
+        session = make_session(["a"])
+        with pytest.raises(ValidationFailed) as caught:
+            services.chunks_append(
+                session=session, drafts=[msg("x")] * (services.MAX_CHUNKS_PER_APPEND + 1)
+            )
+        assert caught.value.details == {"chunks": ["more than 1000"]}
+        assert texts(session) == ["a"]
+
+    def test_a_steps_appends_are_held_until_flushed_and_reads_see_them(self, make_session):
+        session = make_session(["a"])
+        other = make_session(["elsewhere"])
+        buffer = context.StepBuffer(session.id, session.tenant_id, 1, flush_after=3600)
+        with context.writing(buffer=buffer):
+            held = services.chunks_append(session=session, drafts=[msg("b"), msg("c")])
+            assert [c.seq for c in held] == [1, 2]
+            assert Chunk.objects.filter(session=session).count() == 1  # not written yet
+            services.chunks_append(session=other, drafts=[msg("direct")])  # another session
+            assert texts(other) == ["elsewhere", "direct"]
+            services.flush_buffer(session_id=other.id)  # not the buffered session: no-op
+            assert Chunk.objects.filter(session=session).count() == 1
+            # A fork is a read of the session: it sees the step's own writes first.
+            fork = services.session_fork(session=session)
+            assert buffer.drafts == []
+            services.flush_buffer(session_id=session.id)  # nothing left: no-op
+        assert texts(session) == ["a", "b", "c"]
+        assert texts(fork) == ["a", "b", "c"]
+        assert [c.seq for c in chunk_all(session.id)] == [0, 1, 2]
+
+
+class TestPlace:
+    def test_a_relative_workspace_lives_under_the_projects_root(self, make_session, project):
+        session = make_session(["a"])
+        root = services.project_workspace_root(tenant_id=project.tenant_id, project_id=project.id)
+        services.session_place(session=session, backend="local", spec="notes")
+        assert Session.objects.get(id=session.id).placement == {
+            "backend": "local",
+            "spec": str(root / "notes"),
+        }
+        services.session_place(session=session, backend="local")
+        assert session.placement == {"backend": "local", "spec": str(root / str(session.id))}
+        assert Session.objects.get(id=session.id).placement == session.placement
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"backend": ""}, "backend"),
+            ({"backend": "docker-compose"}, "backend"),
+            ({"backend": "local", "spec": "../escape"}, "spec"),
+            ({"backend": "local", "spec": 42}, "spec"),
+            ({"backend": "local", "spec": "a\x00b"}, "spec"),
+            ({"backend": "local", "spec": "ws", "policy": {"max_cals": 1}}, "policy"),
+        ],
+    )
+    def test_a_bad_placement_names_the_field_and_keeps_the_old_one(
+        self, make_session, kwargs, field
+    ):
+        session = make_session(["a"])
+        services.session_place(session=session, backend="local", spec="/srv/kept")
+        with pytest.raises(ValidationFailed) as caught:
+            services.session_place(session=session, **kwargs)
+        assert list(caught.value.details) == [field]
+        assert Session.objects.get(id=session.id).placement == {
+            "backend": "local",
+            "spec": "/srv/kept",
+        }
