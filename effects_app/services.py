@@ -10,6 +10,13 @@ most once per ``(run, step, key)``:
   is called again with the same idempotency key; a non-idempotent one turns the effect and the
   run into ``needs_review`` and is never called again on its own;
 * the same key with a different request is an error (:class:`EffectConflict`).
+
+Lifecycle (``runs_app.transitions.EFFECT``): ``prepared | failed | resolved -> started``,
+``started -> started | succeeded | failed | needs_review``, ``needs_review -> resolved``;
+``succeeded`` is terminal. Every status change is one compare-and-set
+(``runs_app.services.ledger_transition``) that locks the run row first, then the effect: the
+step's changes are fenced by its lease, an operator's resolution moves the run in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -19,17 +26,22 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models.expressions import Combinable
 from django.utils import timezone
 
-from effects_app.models import EffectRecord
-from openrath_project.errors import Conflict
+from effects_app.models import RESOLUTIONS, EffectRecord
+from openrath_project.errors import Conflict, ValidationFailed
 from openrath_project.jsontext import digest
 from runs_app import services as run_services
 from runs_app.control import LeaseLost, NeedsReview
 from runs_app.models import Run
+from runs_app.transitions import EFFECT, UNSET, Changes, Unset, is_terminal
 
 logger = logging.getLogger(__name__)
 
@@ -70,19 +82,38 @@ def derive_idempotency_key(run_id: Any, step: str, key: str) -> str:
     return hashlib.sha256(f"openrath:{run_id}:{step}:{key}".encode()).hexdigest()
 
 
-def _fenced(record: EffectRecord, token: int, statuses: list[str], **changes: Any) -> bool:
-    """Update the record if it is in ``statuses`` and the run still belongs to this lease."""
-    changes.setdefault("updated_at", timezone.now())
-    with transaction.atomic():
-        alive = (
-            Run.objects.select_for_update()
-            .filter(id=record.run_id, fencing_token=token, status="running")
-            .exists()
-        )
-        if not alive:
-            return False
-        updated = EffectRecord.objects.filter(id=record.id, status__in=statuses).update(**changes)
-    return bool(updated)
+@dataclass(frozen=True)
+class EffectChanges(Changes):
+    """The columns an effect's transition writes besides its status (unset: left alone)."""
+
+    attempts: int | Combinable | Unset = UNSET
+    fencing_token: int | Unset = UNSET
+    started_at: datetime | Unset = UNSET
+    finished_at: datetime | Unset = UNSET
+    result: Any | Unset = UNSET
+    error: dict[str, Any] | None | Unset = UNSET
+    reason: str | Unset = UNSET
+    resolution: str | Unset = UNSET
+    resolution_result: Any | Unset = UNSET
+    resolved_by: str | Unset = UNSET
+    resolved_at: datetime | Unset = UNSET
+
+
+def _fenced(
+    record: EffectRecord, token: int, to: str, sources: list[str], changes: EffectChanges
+) -> bool:
+    """Move the record from one of ``sources`` to ``to`` if the run still belongs to this
+    lease (``running`` under ``token``); ``False``, changing nothing, otherwise."""
+    return run_services.ledger_transition(
+        machine=EFFECT,
+        model=EffectRecord,
+        pk=record.id,
+        run_id=record.run_id,
+        to=to,
+        sources=sources,
+        token=token,
+        changes=changes,
+    )
 
 
 def _accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
@@ -155,9 +186,9 @@ def effect_call(
             _fenced(
                 record,
                 ctx.fencing_token,
+                "needs_review",
                 ["started"],
-                status="needs_review",
-                reason="the worker died while the effect was running",
+                EffectChanges(reason="the worker died while the effect was running"),
             )
             raise NeedsReview(
                 "a non-idempotent effect may or may not have happened",
@@ -167,12 +198,14 @@ def effect_call(
     if not _fenced(
         record,
         ctx.fencing_token,
+        "started",
         runnable,
-        status="started",
-        attempts=record.attempts + 1,
-        started_at=timezone.now(),
-        fencing_token=ctx.fencing_token,
-        error=None,
+        EffectChanges(
+            attempts=F("attempts") + 1,
+            started_at=timezone.now(),
+            fencing_token=ctx.fencing_token,
+            error=None,
+        ),
     ):
         raise LeaseLost()
     call_kwargs = dict(kwargs)
@@ -184,20 +217,21 @@ def effect_call(
         _fenced(
             record,
             ctx.fencing_token,
+            "failed",
             ["started"],
-            status="failed",
-            error={"type": type(exc).__name__, "message": str(exc)[:2000]},
-            finished_at=timezone.now(),
+            EffectChanges(
+                error={"type": type(exc).__name__, "message": str(exc)[:2000]},
+                finished_at=timezone.now(),
+            ),
         )
         raise
     stored = _jsonable(result)
     if not _fenced(
         record,
         ctx.fencing_token,
+        "succeeded",
         ["started"],
-        status="succeeded",
-        result=stored,
-        finished_at=timezone.now(),
+        EffectChanges(result=stored, finished_at=timezone.now()),
     ):
         # The lease was lost while fn ran: the effect happened but this worker may not
         # record it. Whoever takes the run over finds it started and decides by its class.
@@ -218,37 +252,30 @@ def effect_resolve(
 
     ``applied``: it happened (with ``result``), the run continues without calling it again;
     ``not_applied``: it did not, the run calls it once more; ``cancel_run``: cancel the run.
+    ``needs_review -> resolved`` and the run's move (``needs_review -> queued``, or its
+    cancellation) are one transaction, which locks the run, then the effect. 409
+    ``already_resolved`` when someone answered first, ``digest_mismatch`` when the request is
+    not the one the operator saw.
     """
+    if outcome not in RESOLUTIONS:
+        raise ValidationFailed(
+            f"outcome must be one of {', '.join(RESOLUTIONS)}",
+            details={"outcome": ["unknown outcome"]},
+        )
     with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=effect.run_id)
         locked = EffectRecord.objects.select_for_update().get(id=effect.id)
         if locked.status != "needs_review":
-            raise Conflict(
-                f"the effect is {locked.status}, not waiting for review",
-                code="already_resolved" if locked.status == "resolved" else "illegal_transition",
-                details={"status": locked.status},
-            )
+            raise _not_in_review(locked)
         if request_digest != locked.request_digest:
             raise Conflict(
                 "request_digest does not match the effect's request: reload and review again",
                 code="digest_mismatch",
                 details={"request_digest": locked.request_digest},
             )
-        locked.status = "resolved"
-        locked.resolution = outcome
-        locked.resolution_result = _jsonable(result) if outcome == "applied" else None
-        locked.resolved_by = actor[:200]
-        locked.resolved_at = timezone.now()
-        locked.reason = reason[:500]
-        locked.save()
-        run = Run.objects.get(id=locked.run_id)
-        if outcome == "cancel_run":
-            if run.status not in ("succeeded", "failed", "cancelled", "timed_out"):
-                run_services.run_cancel(
-                    run=run, reason=f"effect {locked.key} review: {reason}", actor=actor
-                )
-        elif run.status == "needs_review":
-            run_services.run_transition(
-                run_id=run.id,
+        move = None
+        if outcome != "cancel_run" and run.status == "needs_review":
+            move = run_services.RunMove(
                 to="queued",
                 event="effect.resolved",
                 step=locked.step,
@@ -259,9 +286,40 @@ def effect_resolve(
                     "by": actor,
                     "request_digest": locked.request_digest,
                 },
-                changes={"review_reason": ""},
+                changes=run_services.RunChanges(review_reason=""),
+            )
+        moved = run_services.ledger_transition(
+            machine=EFFECT,
+            model=EffectRecord,
+            pk=locked.id,
+            run_id=run.id,
+            to="resolved",
+            sources=["needs_review"],
+            changes=EffectChanges(
+                resolution=outcome,
+                resolution_result=_jsonable(result) if outcome == "applied" else None,
+                resolved_by=actor[:200],
+                resolved_at=timezone.now(),
+                reason=reason[:500],
+            ),
+            run_move=move,
+        )
+        locked.refresh_from_db()
+        if not moved:  # unreachable under the locks above; a miss must never pass silently
+            raise _not_in_review(locked)
+        if outcome == "cancel_run" and not is_terminal(run.status):
+            run_services.run_cancel(
+                run=run, reason=f"effect {locked.key} review: {reason}", actor=actor
             )
     return locked
+
+
+def _not_in_review(effect: EffectRecord) -> Conflict:
+    return Conflict(
+        f"the effect is {effect.status}, not waiting for review",
+        code="already_resolved" if effect.status == "resolved" else "illegal_transition",
+        details={"status": effect.status},
+    )
 
 
 class LedgerDecisions:

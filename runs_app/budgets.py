@@ -6,18 +6,26 @@ exceeded: continue?"); approving grants the same budget again, rejecting fails t
   spent = the usage of every chunk the run wrote;
 * session budgets: ``session.metadata["budget"] = {"tokens": N, "cost_usd": X}``;
   spent = the working session's usage totals.
+
+A grant (:func:`budget_grant`) applies only while the lease of the step that asked still holds
+the run (a worker that lost it raises ``LeaseLost`` and changes nothing), and a session grant
+sets its one JSON key in the database instead of rewriting the metadata it read.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import BigIntegerField, DecimalField, Sum
+from django.db import connection, transaction
+from django.db.models import BigIntegerField, DecimalField, JSONField, Sum
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
+from runs_app.control import LeaseLost
 from runs_app.models import Run
 from sessions_app import services as session_services
 from sessions_app.models import Chunk, Session
@@ -84,22 +92,66 @@ def budget_check(ctx: Any) -> None:
             sequence=1,
             step=f"{ctx.step}:budget:{scope}:{measure}:{spent}",
         )
-        _grant_more(run, scope, measure, limit, spent, session)
+        budget_grant(
+            run_id=run.id,
+            token=ctx.fencing_token,
+            scope=scope,
+            measure=measure,
+            amount=_grown(measure, limit, spent),
+            session_id=session.id if session is not None else None,
+        )
 
 
-def _grant_more(
-    run: Run, scope: str, measure: str, limit: Any, spent: Any, session: Session | None
-) -> None:
+def _grown(measure: str, limit: Any, spent: Any) -> int | Decimal:
     """Approved: the same budget again, on top of what is spent."""
-    if scope == "run":
-        field = "token_budget" if measure == "tokens" else "cost_budget_usd"
-        Run.objects.filter(id=run.id).update(**{field: spent + limit})
-    elif session is not None:
-        metadata = dict(session.metadata)
-        metadata["budget"] = {
-            **metadata.get("budget", {}),
-            measure: float(spent) + float(limit)
-            if measure == "cost_usd"
-            else int(spent) + int(limit),
-        }
-        Session.objects.filter(id=session.id).update(metadata=metadata)
+    if measure == "tokens":
+        return int(spent) + int(limit)
+    return Decimal(str(spent)) + Decimal(str(limit))
+
+
+def budget_grant(
+    *,
+    run_id: uuid.UUID,
+    token: int,
+    scope: str,
+    measure: str,
+    amount: int | Decimal,
+    session_id: uuid.UUID | None,
+) -> None:
+    """Set a run's (or its session's) ``measure`` budget to ``amount``, while the lease that
+    asked still holds the run: one transaction that locks the run row (``running`` under
+    ``token``; :class:`LeaseLost` otherwise, changing nothing), then writes the grant.
+
+    A session grant sets the one key ``metadata.budget.<measure>`` inside the database, so a
+    concurrent change of another key (the other measure, an API edit of the metadata) is kept.
+    """
+    if measure not in ("tokens", "cost_usd") or scope not in ("run", "session"):
+        raise ValueError(f"no {scope} budget of {measure!r}")
+    with transaction.atomic():
+        holder = Run.objects.select_for_update().filter(
+            id=run_id, fencing_token=token, status="running"
+        )
+        if not holder.exists():
+            raise LeaseLost()
+        if scope == "run":
+            field = "token_budget" if measure == "tokens" else "cost_budget_usd"
+            Run.objects.filter(id=run_id).update(**{field: amount})
+        elif session_id is not None:
+            stored = int(amount) if measure == "tokens" else float(amount)
+            Session.objects.filter(id=session_id).update(metadata=_budget_key_set(measure, stored))
+
+
+def _budget_key_set(measure: str, value: int | float) -> RawSQL:
+    """``metadata`` with ``budget.<measure>`` set to ``value`` (other keys as stored), computed
+    by the database from the row it updates (PostgreSQL ``jsonb_set``, SQLite ``json_set``)."""
+    if connection.vendor == "postgresql":
+        return RawSQL(
+            "jsonb_set(metadata, %s::text[], %s::jsonb, true)",
+            (["budget", measure], json.dumps(value)),
+            output_field=JSONField(),
+        )
+    return RawSQL(
+        "json_set(metadata, %s, json(%s))",
+        (f"$.budget.{measure}", json.dumps(value)),
+        output_field=JSONField(),
+    )

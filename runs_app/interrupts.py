@@ -6,11 +6,14 @@
 (bound to the request's digest) and requeues the run; the step runs again from its start and
 the same call now returns the :class:`Decision`. Expiry (the reconciler) applies the declared
 default; with none declared the run ends ``timed_out``. A second resolution is a 409.
+
+Lifecycle (``runs_app.transitions.INTERRUPT``): ``pending -> resolved | expired``, both
+terminal. Every status change is one compare-and-set (``services.ledger_transition``) in the
+transaction that also moves the run; it locks the run row first, then the interrupt.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +29,7 @@ from openrath_project.jsontext import digest
 from runs_app import services
 from runs_app.control import InterruptRejected, StepSuspended
 from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
+from runs_app.transitions import INTERRUPT, UNSET, Changes, Unset
 from sessions_app import services as session_services
 
 
@@ -202,6 +206,32 @@ def check_response(schema: dict[str, Any] | None, response: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class InterruptChanges(Changes):
+    """What a decided (or expired) interrupt records, besides its status."""
+
+    decision: str | Unset = UNSET
+    response: Any | Unset = UNSET
+    reason: str | Unset = UNSET
+    resolved_by: str | Unset = UNSET
+    resolved_at: datetime | Unset = UNSET
+
+
+def _lock(interrupt: Interrupt) -> tuple[Run, Interrupt]:
+    """Lock the interrupt's run, then the interrupt (the lock order: run first); the caller is
+    in a transaction and re-checks both statuses."""
+    run = Run.objects.select_for_update().get(id=interrupt.run_id)
+    return run, Interrupt.objects.select_for_update().get(id=interrupt.id)
+
+
+def _already_decided(interrupt: Interrupt) -> Conflict:
+    return Conflict(
+        f"the interrupt is already {interrupt.status}",
+        code="already_resolved",
+        details={"status": interrupt.status, "decision": interrupt.decision},
+    )
+
+
 def interrupt_resolve(
     *,
     interrupt: Interrupt,
@@ -211,7 +241,13 @@ def interrupt_resolve(
     request_digest: str | None = None,
     actor: str = "",
 ) -> Interrupt:
-    """Resolve a pending interrupt once and requeue its run."""
+    """Resolve a pending interrupt once and requeue its run (``pending -> resolved`` and the
+    run's ``waiting -> queued`` in one transaction).
+
+    409 ``already_resolved`` when someone decided first (or it expired), ``digest_mismatch``
+    when the request is not the one the caller saw, ``illegal_transition`` when the run no
+    longer waits. Locks the run, then the interrupt.
+    """
     if decision not in DECISIONS:
         raise ValidationFailed(
             f"decision must be one of {', '.join(DECISIONS)}",
@@ -222,13 +258,9 @@ def interrupt_resolve(
             "a respond decision needs a response", details={"response": ["required for respond"]}
         )
     with transaction.atomic():
-        locked = Interrupt.objects.select_for_update().get(id=interrupt.id)
+        run, locked = _lock(interrupt)
         if locked.status != "pending":
-            raise Conflict(
-                f"the interrupt is already {locked.status}",
-                code="already_resolved",
-                details={"status": locked.status, "decision": locked.decision},
-            )
+            raise _already_decided(locked)
         if request_digest is not None and request_digest != locked.request_digest:
             raise Conflict(
                 "request_digest does not match the interrupt's request: reload and review",
@@ -237,33 +269,42 @@ def interrupt_resolve(
             )
         if decision in ("approve", "respond") and response is not None:
             check_response(locked.schema, response)
-        run = Run.objects.select_for_update().get(id=locked.run_id)
         if run.status != "waiting":
             raise Conflict(
                 f"the run is {run.status}, no longer waiting for this interrupt",
                 code="illegal_transition",
                 details={"run_status": run.status},
             )
-        locked.status = "resolved"
-        locked.decision = decision
-        locked.response = response
-        locked.reason = reason[:500]
-        locked.resolved_by = actor[:200]
-        locked.resolved_at = timezone.now()
-        locked.save()
-        services.run_transition(
+        moved = services.ledger_transition(
+            machine=INTERRUPT,
+            model=Interrupt,
+            pk=locked.id,
             run_id=run.id,
-            to="queued",
-            event="interrupt.resolved",
-            step=locked.step,
-            expect=["waiting"],
-            data={
-                "interrupt": str(locked.id),
-                "decision": decision,
-                "by": actor,
-                "request_digest": locked.request_digest,
-            },
+            to="resolved",
+            sources=["pending"],
+            changes=InterruptChanges(
+                decision=decision,
+                response=response,
+                reason=reason[:500],
+                resolved_by=actor[:200],
+                resolved_at=timezone.now(),
+            ),
+            run_move=services.RunMove(
+                to="queued",
+                event="interrupt.resolved",
+                step=locked.step,
+                expect=["waiting"],
+                data={
+                    "interrupt": str(locked.id),
+                    "decision": decision,
+                    "by": actor,
+                    "request_digest": locked.request_digest,
+                },
+            ),
         )
+        locked.refresh_from_db()
+        if not moved:  # unreachable under the locks above; a miss must never pass silently
+            raise _already_decided(locked)
     return locked
 
 
@@ -273,42 +314,56 @@ def interrupts_expire(*, now: datetime | None = None) -> int:
     With a declared ``default`` the default is the decision and the run is requeued (the step
     sees it, ``expired`` true). Without one the interrupt is recorded as rejected by expiry
     and the run ends ``timed_out`` (``InterruptExpired``), as in OpenRath 2.0: nobody
-    decided in time, and nothing was declared to stand in for a decision.
+    decided in time, and nothing was declared to stand in for a decision. A run that no longer
+    waits (cancelled meanwhile) is left as it is; the expiry is still recorded. Each interrupt
+    is one transaction that locks the run, then the interrupt.
     """
     now = now or timezone.now()
     expired = 0
-    for interrupt in Interrupt.objects.filter(status="pending", expires_at__lt=now)[:500]:
+    due = Interrupt.objects.filter(status="pending", expires_at__lt=now).only("id", "run_id")
+    for interrupt in due[:500]:
         with transaction.atomic():
-            locked = Interrupt.objects.select_for_update().get(id=interrupt.id)
+            run, locked = _lock(interrupt)
             if locked.status != "pending":
-                continue
+                continue  # decided meanwhile
             default = locked.default
-            locked.status = "expired"
-            locked.decision = (default or {}).get("decision", "reject")
-            locked.response = (default or {}).get("response")
-            locked.reason = "expired"
-            locked.resolved_by = "system:expiry"
-            locked.resolved_at = now
-            locked.save()
-            with contextlib.suppress(
-                Conflict
-            ):  # the run moved on (cancelled): the expiry is still recorded
-                if default is not None:
-                    services.run_transition(
-                        run_id=locked.run_id,
+            move = None
+            if run.status == "waiting":
+                move = (
+                    services.RunMove(
                         to="queued",
                         event="interrupt.expired",
                         step=locked.step,
                         expect=["waiting"],
-                        data={"interrupt": str(locked.id), "decision": locked.decision},
+                        data={
+                            "interrupt": str(locked.id),
+                            "decision": (default or {}).get("decision", "reject"),
+                        },
                     )
-                else:
-                    _expire_run(locked, now)
-            expired += 1
+                    if default is not None
+                    else _expire_run(locked)
+                )
+            if services.ledger_transition(
+                machine=INTERRUPT,
+                model=Interrupt,
+                pk=locked.id,
+                run_id=run.id,
+                to="expired",
+                sources=["pending"],
+                changes=InterruptChanges(
+                    decision=(default or {}).get("decision", "reject"),
+                    response=(default or {}).get("response"),
+                    reason="expired",
+                    resolved_by="system:expiry",
+                    resolved_at=now,
+                ),
+                run_move=move,
+            ):
+                expired += 1
     return expired
 
 
-def _expire_run(interrupt: Interrupt, now: datetime) -> None:
+def _expire_run(interrupt: Interrupt) -> services.RunMove:
     """The run waited past the interrupt's expiry with no default: it ends ``timed_out``."""
     assert interrupt.expires_at is not None
     waited = (interrupt.expires_at - interrupt.created_at).total_seconds()
@@ -319,12 +374,11 @@ def _expire_run(interrupt: Interrupt, now: datetime) -> None:
         "step": interrupt.step,
         "interrupt": str(interrupt.id),
     }
-    services.run_transition(
-        run_id=interrupt.run_id,
+    return services.RunMove(
         to="timed_out",
         event="run.timed_out",
         step=interrupt.step,
         expect=["waiting"],
         data={**error, "reason": "interrupt expired"},
-        changes={"error": error},
+        changes=services.RunChanges(error=error),
     )

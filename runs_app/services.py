@@ -2,12 +2,15 @@
 
 Every run state change goes through here. One transition table
 (:mod:`runs_app.transitions`) and one function, :func:`run_transition`, apply status changes
-with a compare-and-set under the row lock and append the run event in the same transaction.
-The hot path of a worker (claim, heartbeat, checkpoint) is conditional UPDATEs fenced by the
-lease's token: a worker whose lease expired, or whose run was cancelled, commits nothing.
+with a compare-and-set under the row lock and append the run event in the same transaction;
+interrupts and effects change status only through :func:`ledger_transition` (their tables are
+in the same module). The hot path of a worker (claim, heartbeat, checkpoint) is conditional
+UPDATEs fenced by the lease's token: a worker whose lease expired, or whose run was cancelled,
+commits nothing.
 
-Locking: run rows are locked one at a time, always before any session row; a branch locks its
-parent only after it committed its own end (see :func:`branch_finished`).
+Locking: run rows are locked one at a time, always before the run's interrupt and effect rows
+and before any session row (run -> interrupt | effect -> session); a branch locks its parent
+only after it committed its own end (see :func:`branch_finished`).
 """
 
 from __future__ import annotations
@@ -16,15 +19,15 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, connection, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from openrath_project import large_values, metrics
@@ -37,12 +40,21 @@ from runs_app.models import Checkpoint, Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
 from runs_app.state_delta import check_json_state, diff
-from runs_app.transitions import ACTIVE, TERMINAL, check_transition
+from runs_app.transitions import (
+    ACTIVE,
+    TERMINAL,
+    UNSET,
+    Changes,
+    StateMachine,
+    Unset,
+    check_transition,
+)
+from sessions_app import append_sql as session_sql
 from sessions_app import context as session_context
 from sessions_app import services as session_services
 from sessions_app import streaming
-from sessions_app.chunk_rules import ChunkDraft, make_draft, usage_totals
-from sessions_app.models import Session
+from sessions_app.chunk_rules import ChunkDraft, make_draft
+from sessions_app.models import USAGE_CONSTRAINT, Session
 
 logger = logging.getLogger(__name__)
 
@@ -270,6 +282,24 @@ def _add_event(run: Run, type_: str, *, step: str = "", data: dict[str, Any] | N
     return run.event_seq
 
 
+@dataclass(frozen=True)
+class RunChanges(Changes):
+    """The columns a run transition writes besides its status (and, as the status implies, the
+    lease, ``finished_at``, ``wake_at``, ``event_seq``, ``updated_at``). Unset fields are left
+    alone: the UPDATE names only the columns set."""
+
+    error: dict[str, Any] | None | Unset = UNSET
+    output: dict[str, Any] | None | Unset = UNSET
+    state: dict[str, Any] | Unset = UNSET
+    state_seq: int | Unset = UNSET
+    next_nodes: list[str] | Unset = UNSET
+    attempt: int | Unset = UNSET
+    wake_at: datetime | None | Unset = UNSET
+    review_reason: str | Unset = UNSET
+    plan: WorkflowPlan | Unset = UNSET
+    fanout: dict[str, Any] | None | Unset = UNSET
+
+
 def run_transition(
     *,
     run_id: uuid.UUID,
@@ -279,13 +309,14 @@ def run_transition(
     data: dict[str, Any] | None = None,
     expect: Sequence[str] | None = None,
     token: int | None = None,
-    changes: dict[str, Any] | None = None,
+    changes: RunChanges | None = None,
     lease_expired_before: datetime | None = None,
 ) -> Run:
     """Move a run to status ``to`` (compare-and-set under the row lock) and append its event.
 
     ``expect``: the statuses it may be in (a 409 otherwise); ``token``: the lease that must
     still be current (:class:`StaleLease` otherwise). Releasing statuses clear the lease.
+    Saves only the columns that change (``changes`` and what the status implies).
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
@@ -307,15 +338,19 @@ def run_transition(
         check_transition(run.status, to)
         now = timezone.now()
         run.status = to
-        for name, value in (changes or {}).items():
+        columns = changes.columns() if changes is not None else {}
+        for name, value in columns.items():
             setattr(run, name, value)
+        written = ["status", *columns]
         if to != "running":
             run.lease_owner, run.lease_expires_at = "", None
+            written += ["lease_owner", "lease_expires_at"]
         if to in TERMINAL:
             run.finished_at = now
             run.wake_at = None
+            written += ["finished_at", "wake_at"]
         _add_event(run, event, step=step, data=data)
-        run.save()
+        run.save(update_fields=list(dict.fromkeys([*written, "event_seq", "updated_at"])))
     if to in TERMINAL | {"waiting", "needs_review"}:
         _release_session(run)
     if to in TERMINAL and run.parent_id is not None:
@@ -347,15 +382,55 @@ class Claim:
     lease_seconds: int | None = None
 
 
-_PG_CLAIM_SQL = """
+_RUN = Run._meta.db_table
+_EVENT = RunEvent._meta.db_table
+_CHECKPOINT = Checkpoint._meta.db_table
+
+
+def _composed_sql() -> bool:
+    """Whether claims and step commits run as the composed PostgreSQL statements. The database
+    vendor alone decides: inside a transaction or not, a test or a worker, the same code runs.
+    Every other database takes the portable ORM path, which writes the same rows
+    (tests/runs_app/test_step_commit_paths.py runs one workflow down both and compares them)."""
+    return connection.vendor == "postgresql"
+
+
+def _execute_composed(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run one composed statement as a prepared statement: one round trip, committed on its own
+    outside a transaction; inside one (a caller's ``atomic``) under a savepoint, so a refusal
+    leaves the caller's transaction usable, as the ORM path's does."""
+    import psycopg
+
+    connection.ensure_connection()
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    try:
+        with scope, psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchall() if cursor.description else []
+    except psycopg.errors.CheckViolation as exc:  # the session's usage totals would overflow
+        if USAGE_CONSTRAINT not in str(exc):
+            raise
+        raise session_services.usage_full() from exc
+
+
+def _stale(claim: Claim) -> StaleLease:
+    return StaleLease(
+        "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
+    )
+
+
+# The claim: the run row (fencing token + 1, lease), its working session's writer and the
+# ``run.claimed`` event, in one statement.
+_CLAIM_SQL = f"""
 WITH picked AS (
-    SELECT id FROM runs_app_run
-    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now()) {only} {skip} {workflows}
+    SELECT id FROM {_RUN}
+    WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now())
+          {{only}} {{skip}} {{workflows}}
     ORDER BY priority DESC, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), r AS (
-    UPDATE runs_app_run AS run
+    UPDATE {_RUN} AS run
     SET status = 'running', fencing_token = run.fencing_token + 1, lease_owner = %(worker)s,
         lease_expires_at = now() + make_interval(secs => %(lease)s),
         started_at = COALESCE(run.started_at, now()), wake_at = NULL,
@@ -363,24 +438,35 @@ WITH picked AS (
     FROM picked
     WHERE run.id = picked.id
     RETURNING run.id, run.fencing_token, run.event_seq, run.attempt, run.session_id
-), s AS (
-    UPDATE sessions_app_session AS session
-    SET writer_run_id = r.id, writer_token = r.fencing_token
-    FROM r
-    WHERE session.id = r.session_id
-      AND (session.writer_run_id IS NULL
-           OR (session.writer_run_id = r.id AND session.writer_token <= r.fencing_token))
-    RETURNING session.base_len + session.own_len AS length
+), w AS ({session_sql.claim_writer_cte("r")}
 ), e AS (
-    INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
+    INSERT INTO {_EVENT} (run_id, seq, type, step, data, created_at)
     SELECT r.id, r.event_seq, 'run.claimed', '',
            jsonb_build_object('worker', %(worker)s::text, 'token', r.fencing_token,
                               'attempt', r.attempt),
            now()
     FROM r
 )
-SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM s) FROM r
-"""
+SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM w) FROM r
+"""  # noqa: S608 - table names from model metadata, values are parameters
+
+
+@dataclass(frozen=True)
+class _ClaimRequest:
+    worker: str
+    run_id: uuid.UUID | None
+    skip_tenants: tuple[str, ...]
+    workflows: tuple[str, ...] | None
+    lease_seconds: int | None
+
+    def claim(self, run_id: uuid.UUID, token: int, length: int | None) -> Claim:
+        return Claim(
+            run_id=run_id,
+            token=token,
+            worker=self.worker,
+            session_length=length,
+            lease_seconds=self.lease_seconds,
+        )
 
 
 def lease_claim(
@@ -395,27 +481,61 @@ def lease_claim(
 
     ``skip_tenants`` (tenant slugs) are left to other workers: the embedded workers of a server
     leave the library tenant's runs to the scripts that own them (``runs_app.worker``).
-    The fencing token goes up by one, so anything the previous holder tries later is refused.
-    On PostgreSQL one statement (``FOR UPDATE SKIP LOCKED``) also takes the working session's
-    writer; elsewhere a short transaction. ``workflows`` (names) limits the claim to runs of
-    those workflows (an in-process ``LocalRuntime`` claims only what it has registered);
+    The fencing token goes up by one, so anything the previous holder tries later is refused,
+    and the claim takes the working session's writer in the same transaction (PostgreSQL: one
+    statement with ``FOR UPDATE SKIP LOCKED``). ``workflows`` (names) limits the claim to runs
+    of those workflows (an in-process ``LocalRuntime`` claims only what it has registered);
     ``lease_seconds`` overrides ``OPENRATH_LEASE_SECONDS`` for this claim.
     """
     if workflows is not None and not workflows:
         return None
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        return _pg_claim(worker, run_id, skip_tenants, workflows, lease_seconds)
+    check_transition("queued", "running")
+    request = _ClaimRequest(worker[:200], run_id, skip_tenants, workflows, lease_seconds)
+    return _sql_claim(request) if _composed_sql() else _orm_claim(request)
+
+
+def _sql_claim(request: _ClaimRequest) -> Claim | None:
+    from psycopg.types.numeric import Int8
+
+    sql = _CLAIM_SQL.format(
+        only="AND id = %(run)s" if request.run_id is not None else "",
+        skip=(
+            "AND tenant_id NOT IN (SELECT id FROM tenancy_tenant WHERE slug = ANY(%(skip)s))"
+            if request.skip_tenants
+            else ""
+        ),
+        workflows="AND workflow = ANY(%(workflows)s)" if request.workflows is not None else "",
+    )
+    rows = _execute_composed(
+        sql,
+        {
+            "worker": request.worker,
+            "lease": Int8(request.lease_seconds or _lease_seconds()),
+            "run": request.run_id,
+            "skip": list(request.skip_tenants),
+            "workflows": list(request.workflows or ()),
+        },
+    )
+    if not rows:
+        return None
+    claimed_id, token, event_seq, length = rows[0]
+    _publish_event(claimed_id, int(event_seq))
+    return request.claim(claimed_id, int(token), int(length) if length is not None else None)
+
+
+def _orm_claim(request: _ClaimRequest) -> Claim | None:
+    """The portable claim: the same rows as ``_CLAIM_SQL``, in one short transaction."""
     now = timezone.now()
     with transaction.atomic():
         queryset = Run.objects.filter(status="queued").filter(
             Q(wake_at__isnull=True) | Q(wake_at__lte=now)
         )
-        if run_id is not None:
-            queryset = queryset.filter(id=run_id)
-        if skip_tenants:
-            queryset = queryset.exclude(tenant__slug__in=skip_tenants)
-        if workflows is not None:
-            queryset = queryset.filter(workflow__in=workflows)
+        if request.run_id is not None:
+            queryset = queryset.filter(id=request.run_id)
+        if request.skip_tenants:
+            queryset = queryset.exclude(tenant__slug__in=request.skip_tenants)
+        if request.workflows is not None:
+            queryset = queryset.filter(workflow__in=request.workflows)
         picked = (
             queryset.order_by("-priority", "created_at")
             .select_for_update(skip_locked=True)
@@ -427,67 +547,35 @@ def lease_claim(
         run = Run.objects.select_for_update().get(id=picked)
         if run.status != "queued":  # SQLite has no row locks: the IMMEDIATE lock guards this
             return None
-        check_transition(run.status, "running")
         run.status = "running"
         run.fencing_token += 1
-        run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=lease_seconds or _lease_seconds())
+        run.lease_owner = request.worker
+        run.lease_expires_at = now + timedelta(seconds=request.lease_seconds or _lease_seconds())
         run.started_at = run.started_at or now
         run.wake_at = None
         _add_event(
             run,
             "run.claimed",
-            data={"worker": worker, "token": run.fencing_token, "attempt": run.attempt},
+            data={"worker": request.worker, "token": run.fencing_token, "attempt": run.attempt},
         )
-        run.save()
-    return Claim(run_id=run.id, token=run.fencing_token, worker=worker, lease_seconds=lease_seconds)
-
-
-def _pg_claim(
-    worker: str,
-    run_id: uuid.UUID | None,
-    skip_tenants: tuple[str, ...],
-    workflows: tuple[str, ...] | None = None,
-    lease_seconds: int | None = None,
-) -> Claim | None:
-    import psycopg
-    from psycopg.types.numeric import Int8
-
-    check_transition("queued", "running")
-    sql = _PG_CLAIM_SQL.format(
-        only="AND id = %(run)s" if run_id is not None else "",
-        skip=(
-            "AND tenant_id NOT IN (SELECT id FROM tenancy_tenant WHERE slug = ANY(%(skip)s))"
-            if skip_tenants
-            else ""
-        ),
-        workflows="AND workflow = ANY(%(workflows)s)" if workflows is not None else "",
-    )
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(
-            sql,
-            {
-                "worker": worker[:200],
-                "lease": Int8(lease_seconds or _lease_seconds()),
-                "run": run_id,
-                "skip": list(skip_tenants),
-                "workflows": list(workflows or ()),
-            },
-            prepare=True,
+        run.save(
+            update_fields=[
+                "status",
+                "fencing_token",
+                "lease_owner",
+                "lease_expires_at",
+                "started_at",
+                "wake_at",
+                "event_seq",
+                "updated_at",
+            ]
         )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    claimed_id, token, event_seq, length = row
-    streaming.run_event_committed(claimed_id, int(event_seq))
-    return Claim(
-        run_id=claimed_id,
-        token=int(token),
-        worker=worker,
-        session_length=int(length) if length is not None else None,
-        lease_seconds=lease_seconds,
-    )
+        length = None
+        if run.session_id is not None and session_services.session_claim_writer(
+            session=Session(id=run.session_id), run_id=run.id, token=run.fencing_token
+        ):
+            length = _session_length(run.session_id)
+    return request.claim(run.id, run.fencing_token, length)
 
 
 def lease_heartbeat(*, claim: Claim) -> bool:
@@ -497,18 +585,6 @@ def lease_heartbeat(*, claim: Claim) -> bool:
         id=claim.run_id, fencing_token=claim.token, status="running"
     ).update(lease_expires_at=expires)
     return bool(updated)
-
-
-def lease_release_to_queue(*, claim: Claim, reason: str) -> None:
-    """Give the run back (e.g. a worker shutting down) without counting an attempt."""
-    with contextlib.suppress(StaleLease):
-        run_transition(
-            run_id=claim.run_id,
-            to="queued",
-            event="lease.released",
-            data={"reason": reason},
-            token=claim.token,
-        )
 
 
 # --- Checkpoints -----------------------------------------------------------------------------
@@ -531,47 +607,43 @@ class StepCommit:
     chunks: list[ChunkDraft] = field(default_factory=list)
 
 
-_PG_COMMIT_SQL = """
+def _step_commit_sql(*, finishing: bool) -> str:
+    """The step commit as one statement: the run row (fenced by the lease and, with chunks, by
+    the session's writer), the session's append (the session app's pieces), the checkpoint and
+    the step's event; ``finishing`` also ends the run (``succeeded``, output, writer released,
+    ``run.succeeded``). A commit that does not finish renews the lease, as the ORM path does."""
+    if finishing:
+        ending = """status = 'succeeded',
+        state = %(whole_state)s::jsonb,
+        output = %(whole_state)s::jsonb,
+        state_seq = checkpoint_seq + 1,
+        fanout = NULL,
+        lease_owner = '',
+        lease_expires_at = NULL,
+        finished_at = now(),"""
+        succeeded = """
+UNION ALL
+SELECT r.id, r.event_seq, 'run.succeeded', '', jsonb_build_object('checkpoint', c.seq), now()
+FROM r, c"""
+    else:
+        ending = "lease_expires_at = now() + make_interval(secs => %(lease)s),"
+        succeeded = ""
+    events = 2 if finishing else 1
+    return f"""
 WITH r AS (
-    UPDATE runs_app_run
+    UPDATE {_RUN}
     SET checkpoint_seq = checkpoint_seq + 1,
-        event_seq = event_seq + 1,
+        event_seq = event_seq + {events},
         next_nodes = %(next_nodes)s::jsonb,
         attempt = 1,
-        session_len = COALESCE((SELECT s.base_len + s.own_len FROM sessions_app_session s
-                                WHERE s.id = runs_app_run.session_id), 0) + %(n)s,
+        session_len = {session_sql.current_length(_RUN)} + %(n)s,
+        {ending}
         updated_at = now()
     WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
-      AND (%(n)s = 0 OR EXISTS (
-          SELECT 1 FROM sessions_app_session ws WHERE ws.id = runs_app_run.session_id
-          AND ws.writer_run_id = %(run)s AND ws.writer_token = %(token)s))
-    RETURNING id, checkpoint_seq, event_seq, session_id, session_len
-), s AS (
-    UPDATE sessions_app_session
-    SET own_len = own_len + %(n)s,
-        usage_prompt_tokens = usage_prompt_tokens + %(prompt)s,
-        usage_completion_tokens = usage_completion_tokens + %(completion)s,
-        usage_total_tokens = usage_total_tokens + %(total)s,
-        usage_cost_usd = usage_cost_usd + %(cost)s,
-        updated_at = now()
-    FROM r
-    WHERE sessions_app_session.id = r.session_id AND %(n)s > 0
-      AND writer_run_id = %(run)s AND writer_token = %(token)s
-    RETURNING sessions_app_session.id AS id, sessions_app_session.tenant_id AS tenant_id,
-              sessions_app_session.base_len + sessions_app_session.own_len AS new_len
-), ch AS (
-    INSERT INTO sessions_app_chunk
-        (tenant_id, session_id, seq, role, kind, content, agent, workflow, run_id, step,
-         tool_call_id, usage, trust, branch, created_at)
-    SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
-           COALESCE(v.workflow, ''), v.run_id, v.step, v.tool_call_id, v.usage, v.trust,
-           v.branch, now()
-    FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
-        ord int, role text, kind text, content jsonb, agent text, workflow text, run_id uuid,
-        step text, tool_call_id text, usage jsonb, trust text, branch text)
-    RETURNING seq
-), c AS (
-    INSERT INTO runs_app_checkpoint
+      AND {session_sql.writer_holds(_RUN)}
+    RETURNING id, checkpoint_seq, event_seq, session_id, session_len, parent_id
+), {session_sql.append_ctes("r", release=finishing)}, c AS (
+    INSERT INTO {_CHECKPOINT}
         (run_id, seq, step, next_nodes, "full", state, state_digest, session_id, session_len,
          fencing_token, attempt, created_at)
     SELECT r.id, r.checkpoint_seq, %(step)s, %(next_nodes)s::jsonb, %(full)s, %(state)s::jsonb,
@@ -579,175 +651,29 @@ WITH r AS (
     FROM r
     RETURNING seq
 )
-INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
-SELECT r.id, r.event_seq, %(event)s, %(step)s,
+INSERT INTO {_EVENT} (run_id, seq, type, step, data, created_at)
+SELECT r.id, r.event_seq - {events - 1}, %(event)s, %(step)s,
        (%(event_data)s::jsonb || jsonb_build_object('checkpoint', c.seq,
                                                     'chunks', (SELECT count(*) FROM ch))),
        now()
-FROM r, c
-RETURNING seq, (SELECT session_id FROM r), (SELECT session_len FROM r)
-"""
-
-
-_PG_FINISH_SQL = """
-WITH r AS (
-    UPDATE runs_app_run
-    SET status = 'succeeded',
-        checkpoint_seq = checkpoint_seq + 1,
-        event_seq = event_seq + 2,
-        next_nodes = '[]'::jsonb,
-        attempt = 1,
-        session_len = COALESCE((SELECT s.base_len + s.own_len FROM sessions_app_session s
-                                WHERE s.id = runs_app_run.session_id), 0) + %(n)s,
-        state = %(whole_state)s::jsonb,
-        output = %(whole_state)s::jsonb,
-        state_seq = checkpoint_seq + 1,
-        fanout = NULL,
-        lease_owner = '',
-        lease_expires_at = NULL,
-        finished_at = now(),
-        updated_at = now()
-    WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
-      AND (%(n)s = 0 OR EXISTS (
-          SELECT 1 FROM sessions_app_session ws WHERE ws.id = runs_app_run.session_id
-          AND ws.writer_run_id = %(run)s AND ws.writer_token = %(token)s))
-    RETURNING id, checkpoint_seq, event_seq, session_id, session_len, parent_id
-), s AS (
-    UPDATE sessions_app_session
-    SET own_len = own_len + %(n)s,
-        usage_prompt_tokens = usage_prompt_tokens + %(prompt)s,
-        usage_completion_tokens = usage_completion_tokens + %(completion)s,
-        usage_total_tokens = usage_total_tokens + %(total)s,
-        usage_cost_usd = usage_cost_usd + %(cost)s,
-        writer_run_id = NULL,
-        writer_token = NULL,
-        updated_at = now()
-    FROM r
-    WHERE sessions_app_session.id = r.session_id
-      AND writer_run_id = %(run)s AND writer_token = %(token)s
-    RETURNING sessions_app_session.id AS id, sessions_app_session.tenant_id AS tenant_id,
-              sessions_app_session.base_len + sessions_app_session.own_len AS new_len
-), ch AS (
-    INSERT INTO sessions_app_chunk
-        (tenant_id, session_id, seq, role, kind, content, agent, workflow, run_id, step,
-         tool_call_id, usage, trust, branch, created_at)
-    SELECT s.tenant_id, s.id, s.new_len - %(n)s + v.ord, v.role, v.kind, v.content, v.agent,
-           COALESCE(v.workflow, ''), v.run_id, v.step, v.tool_call_id, v.usage, v.trust,
-           v.branch, now()
-    FROM s, jsonb_to_recordset(%(chunks)s::jsonb) AS v(
-        ord int, role text, kind text, content jsonb, agent text, workflow text, run_id uuid,
-        step text, tool_call_id text, usage jsonb, trust text, branch text)
-    RETURNING seq
-), c AS (
-    INSERT INTO runs_app_checkpoint
-        (run_id, seq, step, next_nodes, "full", state, state_digest, session_id, session_len,
-         fencing_token, attempt, created_at)
-    SELECT r.id, r.checkpoint_seq, %(step)s, '[]'::jsonb, %(full)s, %(state)s::jsonb,
-           %(digest)s, r.session_id, r.session_len, %(token)s, %(attempt)s, now()
-    FROM r
-    RETURNING seq
-)
-INSERT INTO runs_app_runevent (run_id, seq, type, step, data, created_at)
-SELECT r.id, r.event_seq - 1, %(event)s, %(step)s,
-       (%(event_data)s::jsonb || jsonb_build_object('checkpoint', c.seq,
-                                                    'chunks', (SELECT count(*) FROM ch))),
-       now()
-FROM r, c
-UNION ALL
-SELECT r.id, r.event_seq, 'run.succeeded', '', jsonb_build_object('checkpoint', c.seq), now()
-FROM r, c
+FROM r, c{succeeded}
 RETURNING seq, (SELECT session_id FROM r), (SELECT session_len FROM r),
-          (SELECT parent_id FROM r)
-"""
+          (SELECT parent_id FROM r), (SELECT checkpoint_seq FROM r)
+"""  # noqa: S608 - table names from model metadata, values are parameters
 
 
-def _chunk_records(drafts: list[ChunkDraft]) -> str:
-    return json.dumps(
-        [
-            {
-                "ord": i,
-                "role": d.role,
-                "kind": d.kind,
-                "content": d.content,
-                "agent": d.agent,
-                "workflow": d.workflow,
-                "run_id": d.run_id,
-                "step": d.step,
-                "tool_call_id": d.tool_call_id,
-                "usage": d.usage,
-                "trust": d.trust,
-                "branch": d.branch,
-            }
-            for i, d in enumerate(drafts)
-        ]
-    )
-
-
-def _pg_commit(
-    claim: Claim,
-    commit: StepCommit,
-    stored_state: Any,
-    full: bool,
-    state_digest: str,
-    event_data: dict[str, Any],
-) -> int:
-    """The step's chunks, checkpoint and event (and, for the last step, the run's end) in one
-    prepared statement, committed on its own: one round trip. Returns the step event's seq."""
-    import psycopg
-    from psycopg.types.numeric import Int8
-
-    drafts = commit.chunks
-    totals = usage_totals(drafts)
-    # Integers go as int8 whatever their size: psycopg would otherwise pick int2/int4/int8 by
-    # value, and every new combination of types would be a new prepared statement.
-    params = {
-        "run": claim.run_id,
-        "token": Int8(claim.token),
-        "next_nodes": json.dumps(commit.next_nodes),
-        "step": commit.step,
-        "full": full,
-        "state": json.dumps(stored_state),
-        "digest": state_digest,
-        "attempt": Int8(commit.attempt),
-        "event": commit.event,
-        "event_data": json.dumps(event_data),
-        "n": Int8(len(drafts)),
-        "prompt": Int8(int(totals["prompt_tokens"])),
-        "completion": Int8(int(totals["completion_tokens"])),
-        "total": Int8(int(totals["total_tokens"])),
-        "cost": Decimal(str(totals["cost_usd"])),
-        "chunks": _chunk_records(drafts),
-    }
-    finishing = commit.finish == "succeeded"
-    if finishing:
-        check_transition("running", "succeeded")
-        params["whole_state"] = canonical(commit.state)
-    connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(_PG_FINISH_SQL if finishing else _PG_COMMIT_SQL, params, prepare=True)
-        rows = cursor.fetchall()
-    if not rows:
-        raise StaleLease(
-            "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
-        )
-    session_id, session_len = rows[0][1], int(rows[0][2])
-    for row in rows:
-        streaming.run_event_committed(claim.run_id, int(row[0]))
-    if drafts:
-        streaming.chunks_committed(session_id, (session_len - len(drafts), session_len - 1))
-    if finishing and rows[0][3] is not None:
-        branch_finished(Run(id=claim.run_id, parent_id=rows[0][3]))
-    return min(int(row[0]) for row in rows)
+_COMMIT_SQL = _step_commit_sql(finishing=False)
+_FINISH_SQL = _step_commit_sql(finishing=True)
 
 
 def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) -> int:
     """Commit a step: its held chunks, its checkpoint (state delta, session reference, next
-    nodes) and its event, fenced by the lease. Returns the new checkpoint's sequence;
-    :class:`StaleLease` when the lease is gone (nothing is written). ``checkpoint_seq`` is the
-    last one this worker wrote.
+    nodes) and its event, fenced by the lease; with ``commit.finish`` also the run's end.
+    Returns the new checkpoint's sequence; :class:`StaleLease` when the lease is gone (nothing
+    is written). ``checkpoint_seq`` is the last one this worker wrote.
 
-    On PostgreSQL this is one prepared statement (one round trip, committed on its own);
-    elsewhere one short transaction.
+    On PostgreSQL this is one prepared statement (one round trip); elsewhere one short
+    transaction writing the same rows.
     """
     state = commit.state
     state_json = canonical(state)
@@ -762,66 +688,123 @@ def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) 
     event_data = dict(commit.event_data or {})
     event_data.setdefault("attempt", commit.attempt)
     event_data.setdefault("next", commit.next_nodes)
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        _pg_commit(claim, commit, stored_state, full, state_digest, event_data)
-        return seq
     if commit.finish is not None:
-        return _finish_with_checkpoint(claim, commit, stored_state, full, event_data)
+        check_transition("running", commit.finish)
+    if _composed_sql() and commit.finish in (None, "succeeded"):
+        return _sql_commit(claim, commit, stored_state, full, state_digest, event_data)
+    return _orm_commit(claim, commit, stored_state, full, state_digest, event_data)
+
+
+def _sql_commit(
+    claim: Claim,
+    commit: StepCommit,
+    stored_state: Any,
+    full: bool,
+    state_digest: str,
+    event_data: dict[str, Any],
+) -> int:
+    from psycopg.types.numeric import Int8
+
+    drafts = commit.chunks
+    finishing = commit.finish == "succeeded"
+    params = {
+        "run": claim.run_id,
+        "token": Int8(claim.token),
+        "lease": Int8(claim.lease_seconds or _lease_seconds()),
+        "next_nodes": json.dumps([] if finishing else commit.next_nodes),
+        "step": commit.step,
+        "full": full,
+        "state": json.dumps(stored_state),
+        "digest": state_digest,
+        "attempt": Int8(commit.attempt),
+        "event": commit.event,
+        "event_data": json.dumps(event_data),
+        **session_sql.append_params(drafts),
+    }
+    if finishing:
+        params["whole_state"] = canonical(commit.state)
+        del params["lease"]
+    rows = _execute_composed(_FINISH_SQL if finishing else _COMMIT_SQL, params)
+    if not rows:
+        raise _stale(claim)
+    session_id, session_len, parent_id = rows[0][1], int(rows[0][2]), rows[0][3]
+    for row in rows:
+        _publish_event(claim.run_id, int(row[0]))
+    if drafts:
+        span = (session_len - len(drafts), session_len - 1)
+        transaction.on_commit(lambda: streaming.chunks_committed(session_id, span))
+    if finishing and parent_id is not None:
+        branch_finished(Run(id=claim.run_id, parent_id=parent_id))
+    return int(rows[0][4])
+
+
+def _orm_commit(
+    claim: Claim,
+    commit: StepCommit,
+    stored_state: Any,
+    full: bool,
+    state_digest: str,
+    event_data: dict[str, Any],
+) -> int:
+    """The portable step commit: the same rows as the composed statement, in one transaction
+    that locks the run row first (the one lock order: run, then what belongs to it)."""
+    finish = commit.finish
     with transaction.atomic():
-        _write_held_chunks(claim, commit.chunks)
-        session_id = Run.objects.filter(id=claim.run_id).values_list("session_id", flat=True)
-        session_len = _session_length(session_id.first())
-        updated = Run.objects.filter(
-            id=claim.run_id, fencing_token=claim.token, status="running"
-        ).update(
-            checkpoint_seq=F("checkpoint_seq") + 1,
-            event_seq=F("event_seq") + 1,
-            next_nodes=commit.next_nodes,
-            attempt=1,
-            session_len=session_len,
-            lease_expires_at=timezone.now()
-            + timedelta(seconds=claim.lease_seconds or _lease_seconds()),
-            updated_at=timezone.now(),
-        )
-        if not updated:
-            raise StaleLease(
-                "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
-            )
-        run = Run.objects.values("checkpoint_seq", "event_seq", "session_id").get(id=claim.run_id)
+        run = Run.objects.select_for_update().get(id=claim.run_id)
+        if run.fencing_token != claim.token or run.status != "running":
+            raise _stale(claim)
+        if commit.chunks:
+            try:
+                _write_held_chunks(run, claim, commit.chunks)
+            except (session_services.StaleFence, session_services.SessionBusy) as exc:
+                raise _stale(claim) from exc  # the session is not this lease's: as the SQL
+        now = timezone.now()
+        run.checkpoint_seq += 1
+        run.session_len = _session_length(run.session_id)
+        run.next_nodes = [] if finish is not None else list(commit.next_nodes)
+        run.attempt = 1
         Checkpoint.objects.create(
-            run_id=claim.run_id,
-            seq=run["checkpoint_seq"],
+            run_id=run.id,
+            seq=run.checkpoint_seq,
             step=commit.step,
-            next_nodes=commit.next_nodes,
+            next_nodes=run.next_nodes,
             full=full,
             state=stored_state,
             state_digest=state_digest,
-            session_id=run["session_id"],
-            session_len=session_len,
+            session_id=run.session_id,
+            session_len=run.session_len,
             fencing_token=claim.token,
             attempt=commit.attempt,
         )
-        event_data["checkpoint"] = run["checkpoint_seq"]
+        event_data["checkpoint"] = run.checkpoint_seq
         event_data["chunks"] = len(commit.chunks)
-        RunEvent.objects.create(
-            run_id=claim.run_id,
-            seq=run["event_seq"],
-            type=commit.event,
-            step=commit.step,
-            data=event_data,
-        )
-        _publish_event(claim.run_id, run["event_seq"])
-        return int(run["checkpoint_seq"])
+        _add_event(run, commit.event, step=commit.step, data=event_data)
+        fields = ["checkpoint_seq", "session_len", "next_nodes", "attempt", "event_seq"]
+        if finish is not None:
+            run.status = finish
+            run.state, run.state_seq = commit.state, run.checkpoint_seq
+            run.output = commit.state
+            run.fanout = None
+            run.lease_owner, run.lease_expires_at = "", None
+            run.finished_at = now
+            _add_event(run, f"run.{finish}", data={"checkpoint": run.checkpoint_seq})
+            fields += ["status", "state", "state_seq", "output", "fanout", "lease_owner"]
+            fields += ["finished_at"]
+            if run.session_id is not None:
+                session_services.session_release_writer(session_id=run.session_id, run_id=run.id)
+        else:
+            run.lease_expires_at = now + timedelta(seconds=claim.lease_seconds or _lease_seconds())
+        run.save(update_fields=[*fields, "lease_expires_at", "updated_at"])
+    if finish is not None and run.parent_id is not None:
+        branch_finished(run)
+    return int(run.checkpoint_seq)
 
 
-def _write_held_chunks(claim: Claim, drafts: list[ChunkDraft]) -> None:
+def _write_held_chunks(run: Run, claim: Claim, drafts: list[ChunkDraft]) -> None:
     """Inside the commit's transaction: the chunks the step held, under the lease's fence."""
-    if not drafts:
-        return
-    row = Run.objects.filter(id=claim.run_id).values("session_id", "tenant_id").first()
-    if row is None or row["session_id"] is None:
-        raise StaleLease("the run has no working session")
-    session = Session(id=row["session_id"], tenant_id=row["tenant_id"])
+    if run.session_id is None:
+        raise StaleLease("the run has no working session", details={"run": str(run.id)})
+    session = Session(id=run.session_id, tenant_id=run.tenant_id)
     session_services.append_now(session, drafts, session_context.Fence(claim.run_id, claim.token))
 
 
@@ -830,54 +813,6 @@ def _session_length(session_id: uuid.UUID | None) -> int:
         return 0
     row = Session.objects.filter(id=session_id).values("base_len", "own_len").first()
     return int(row["base_len"] + row["own_len"]) if row else 0
-
-
-def _finish_with_checkpoint(
-    claim: Claim, commit: StepCommit, stored_state: Any, full: bool, event_data: dict[str, Any]
-) -> int:
-    """The last step: its checkpoint and the final status in one transaction."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=claim.run_id)
-        if run.fencing_token != claim.token or run.status != "running":
-            raise StaleLease(
-                "the run's lease is no longer this worker's", details={"run": str(claim.run_id)}
-            )
-        assert commit.finish is not None
-        _write_held_chunks(claim, commit.chunks)
-        event_data["chunks"] = len(commit.chunks)
-        check_transition(run.status, commit.finish)
-        run.checkpoint_seq += 1
-        run.session_len = _session_length(run.session_id)
-        Checkpoint.objects.create(
-            run_id=run.id,
-            seq=run.checkpoint_seq,
-            step=commit.step,
-            next_nodes=[],
-            full=full,
-            state=stored_state,
-            state_digest=digest(commit.state),
-            session_id=run.session_id,
-            session_len=run.session_len,
-            fencing_token=claim.token,
-            attempt=commit.attempt,
-        )
-        event_data["checkpoint"] = run.checkpoint_seq
-        _add_event(run, commit.event, step=commit.step, data=event_data)
-        now = timezone.now()
-        run.status = commit.finish
-        run.state, run.state_seq = commit.state, run.checkpoint_seq
-        run.output = commit.state
-        run.next_nodes = []
-        run.attempt = 1
-        run.fanout = None
-        run.lease_owner, run.lease_expires_at = "", None
-        run.finished_at = now
-        _add_event(run, f"run.{commit.finish}", data={"checkpoint": run.checkpoint_seq})
-        run.save()
-    _release_session(run)
-    if run.parent_id is not None:
-        branch_finished(run)
-    return run.checkpoint_seq
 
 
 def run_state_at(run: Run, seq: int | None = None) -> dict[str, Any]:
@@ -944,7 +879,7 @@ def branch_complete(*, claim: Claim, state: dict[str, Any], checkpoint_seq: int)
         event="run.succeeded",
         token=claim.token,
         data={"checkpoint": checkpoint_seq, "branch_done": True},
-        changes={"output": state, "state": state, "state_seq": checkpoint_seq, "next_nodes": []},
+        changes=RunChanges(output=state, state=state, state_seq=checkpoint_seq, next_nodes=[]),
     )
 
 
@@ -960,9 +895,6 @@ def run_fail(
     state: dict[str, Any] | None = None,
 ) -> Run:
     """The run ends in ``failed`` (or ``timed_out``) with ``error``."""
-    changes: dict[str, Any] = {"error": error}
-    if state is not None:
-        changes.update(state=state)
     return run_transition(
         run_id=claim.run_id,
         to=status,
@@ -970,7 +902,7 @@ def run_fail(
         step=step,
         data=error,
         token=claim.token,
-        changes=changes,
+        changes=RunChanges(error=error, state=UNSET if state is None else state),
     )
 
 
@@ -992,7 +924,7 @@ def run_schedule_retry(
             "wake_at": wake_at.isoformat(),
         },
         token=claim.token,
-        changes={"attempt": attempt + 1, "wake_at": wake_at},
+        changes=RunChanges(attempt=attempt + 1, wake_at=wake_at),
     )
     metrics.retry_scheduled(workflow=retried.workflow)
     return retried
@@ -1007,7 +939,7 @@ def run_needs_review(
         event="run.needs_review",
         data={"reason": reason, **data},
         token=token,
-        changes={"review_reason": reason[:300]},
+        changes=RunChanges(review_reason=reason[:300]),
     )
 
 
@@ -1050,7 +982,7 @@ def run_resume(
         raise ValidationFailed(
             "a reason is required to resume a run", details={"reason": ["required"]}
         )
-    changes: dict[str, Any] = {"review_reason": "", "wake_at": None}
+    changes = RunChanges(review_reason="", wake_at=None)
     data: dict[str, Any] = {"reason": reason, "by": actor}
     if accept_plan:
         if registered is None or registered.plan.hash != accept_plan:
@@ -1058,7 +990,7 @@ def run_resume(
                 "accept_plan must be the hash of the workflow's current plan",
                 details={"accept_plan": ["not the current plan"]},
             )
-        changes["plan"] = plan_store(registered.plan)
+        changes = replace(changes, plan=plan_store(registered.plan))
         data["plan"] = {"from": run.plan_id, "to": accept_plan}
     return run_transition(
         run_id=run.id,
@@ -1145,28 +1077,26 @@ def fanout_start(
             )
             dispatch.on_commit(child.id)
             children.append(child)
-        check_transition(parent.status, "waiting")
-        parent.status = "waiting"
-        parent.lease_owner, parent.lease_expires_at = "", None
-        parent.state, parent.state_seq = state, seq
-        parent.fanout = {
-            "router": router,
-            "join": join,
-            "branches": list(branches),
-            "children": [str(c.id) for c in children],
-        }
-        _add_event(
-            parent,
-            "branches.started",
+        child_ids = [str(c.id) for c in children]
+        # In the same transaction as the children: no branch exists without its waiting parent.
+        run_transition(
+            run_id=parent.id,
+            to="waiting",
+            event="branches.started",
             step=router,
-            data={
-                "branches": list(branches),
-                "join": join,
-                "children": [str(c.id) for c in children],
-            },
+            token=claim.token,
+            data={"branches": list(branches), "join": join, "children": child_ids},
+            changes=RunChanges(
+                state=state,
+                state_seq=seq,
+                fanout={
+                    "router": router,
+                    "join": join,
+                    "branches": list(branches),
+                    "children": child_ids,
+                },
+            ),
         )
-        parent.save()
-    _release_session(parent)
     return children
 
 
@@ -1205,14 +1135,14 @@ def branch_finished(child: Run) -> None:
                     "reason": f"branch {first.branch!r} {first.status}",
                     "branch_run": str(first.id),
                 },
-                changes={
-                    "error": {
+                changes=RunChanges(
+                    error={
                         "type": "BranchFailed",
                         "message": f"branch {first.branch!r} {first.status}",
                         "step": first.branch,
                         "branch_error": first.error,
                     }
-                },
+                ),
             )
         return
     if pending:
@@ -1258,12 +1188,12 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
                     token=run.fencing_token,
                     lease_expired_before=now,
                     data={"reason": "worker lost too many times", "attempt": run.attempt},
-                    changes={
-                        "error": {
+                    changes=RunChanges(
+                        error={
                             "type": "WorkerLost",
                             "message": f"the worker died {run.attempt} times",
                         }
-                    },
+                    ),
                 )
                 result.failed_crashes += 1
                 metrics.lease_expired(action="failed")
@@ -1275,7 +1205,7 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
                     token=run.fencing_token,
                     lease_expired_before=now,
                     data={"attempt": run.attempt, "next_attempt": attempt},
-                    changes={"attempt": attempt},
+                    changes=RunChanges(attempt=attempt),
                 )
                 result.expired_leases += 1
                 metrics.lease_expired(action="requeued")
@@ -1289,7 +1219,9 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
                 event="run.timed_out",
                 expect=["queued", "waiting", "needs_review"],
                 data={"reason": "deadline passed"},
-                changes={"error": {"type": "DeadlineExceeded", "message": "deadline passed"}},
+                changes=RunChanges(
+                    error={"type": "DeadlineExceeded", "message": "deadline passed"}
+                ),
             )
             result.timed_out += 1
         except Conflict:
@@ -1318,3 +1250,77 @@ def _max_attempts(run: Run) -> int:
     nodes = {n["id"]: n for n in definition.get("nodes", [])}
     node = nodes.get(run.next_nodes[0]) if run.next_nodes else None
     return int(node["retry"]["max_attempts"]) if node else 1
+
+
+# --- Interrupt and effect transitions -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunMove:
+    """The run's own transition that goes with an interrupt's or an effect's; applied by
+    :func:`run_transition` (which writes its event) in the same transaction."""
+
+    to: str
+    event: str
+    step: str = ""
+    data: dict[str, Any] | None = None
+    expect: Sequence[str] | None = None
+    changes: RunChanges | None = None
+
+
+def ledger_transition(
+    *,
+    machine: StateMachine,
+    model: type[models.Model],
+    pk: uuid.UUID,
+    run_id: uuid.UUID,
+    to: str,
+    changes: Changes,
+    sources: Collection[str] | None = None,
+    token: int | None = None,
+    run_move: RunMove | None = None,
+) -> bool:
+    """Move an interrupt or an effect (a ``model`` row of run ``run_id``) to ``to`` with one
+    compare-and-set; the one write path of every status change of those rows.
+
+    In one transaction: lock the run row (the lock order everywhere: the run, then its
+    interrupts and effects), then ``UPDATE <model> SET status = to, <changes> WHERE id = pk
+    AND status IN <sources>``, then ``run_move`` (the run's transition and its event), if any.
+    ``sources`` defaults to every status ``machine`` lets reach ``to``; a narrower list is
+    checked against the table (a source it does not allow is an ``IllegalTransition``: the
+    caller's bug). ``token``: the run must still be ``running`` under this lease (the effect
+    ledger's fence). Returns ``False``, having changed nothing, when the fence or the
+    compare-and-set fails (the caller reads the row again to say why).
+    """
+    allowed = machine.sources(to) if sources is None else frozenset(sources)
+    for source in allowed:
+        machine.check(source, to)
+    columns = changes.columns()
+    if "status" in columns:
+        raise TypeError("the status is ledger_transition's `to`, not one of its changes")
+    if "updated_at" not in columns and any(
+        f.name == "updated_at" for f in model._meta.concrete_fields
+    ):
+        columns["updated_at"] = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id)
+        if token is not None:
+            run = run.filter(fencing_token=token, status="running")
+        if not run.exists():
+            return False
+        updated = model._default_manager.filter(
+            pk=pk, run_id=run_id, status__in=sorted(allowed)
+        ).update(status=to, **columns)
+        if not updated:
+            return False
+        if run_move is not None:
+            run_transition(
+                run_id=run_id,
+                to=run_move.to,
+                event=run_move.event,
+                step=run_move.step,
+                data=run_move.data,
+                expect=run_move.expect,
+                changes=run_move.changes,
+            )
+    return True

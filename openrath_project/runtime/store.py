@@ -244,7 +244,9 @@ class RunStore:
                 event=f"run.{wanted.value}",
                 expect=[row.status],
                 data={"reason": reason, "by": actor},
-                changes={"error": {"type": "Operator", "message": reason or wanted.value}},
+                changes=services.RunChanges(
+                    error={"type": "Operator", "message": reason or wanted.value}
+                ),
             )
         else:
             raise UnsupportedOperation(

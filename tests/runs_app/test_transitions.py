@@ -1,19 +1,28 @@
-"""The run lifecycle table, checked for every pair of statuses (no database)."""
+"""The lifecycle tables (run, interrupt, effect), checked for every pair of statuses (no
+database)."""
 
 from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 
 import pytest
 
 from openrath_project.errors import Conflict, IllegalTransition
 from runs_app.transitions import (
     ACTIVE,
+    EFFECT,
+    INTERRUPT,
+    RUN,
     STATUSES,
     TERMINAL,
     TRANSITIONS,
+    UNSET,
+    Changes,
     RunStatus,
+    StateMachine,
+    Unset,
     can_transition,
     check_transition,
     is_terminal,
@@ -107,3 +116,116 @@ def test_unknown_statuses_are_a_programming_error():
     ):
         with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
             call()
+
+
+# --- Interrupts and effects: the same kind of table, written out independently ---------------
+
+INTERRUPT_ALLOWED = {("pending", "resolved"), ("pending", "expired")}
+INTERRUPT_ALL = ["pending", "resolved", "expired"]
+
+EFFECT_ALLOWED = {
+    ("prepared", "started"),
+    ("started", "started"),  # an idempotent effect called again after a crash
+    ("started", "succeeded"),
+    ("started", "failed"),
+    ("started", "needs_review"),
+    ("failed", "started"),
+    ("needs_review", "resolved"),
+    ("resolved", "started"),  # not_applied: called once more
+}
+EFFECT_ALL = ["prepared", "started", "succeeded", "failed", "needs_review", "resolved"]
+
+MACHINES = [
+    pytest.param(RUN, ALL, ALLOWED, {"queued"}, id="run"),
+    pytest.param(INTERRUPT, INTERRUPT_ALL, INTERRUPT_ALLOWED, {"pending"}, id="interrupt"),
+    pytest.param(EFFECT, EFFECT_ALL, EFFECT_ALLOWED, {"prepared", "succeeded"}, id="effect"),
+]
+
+
+@pytest.mark.parametrize(("machine", "statuses", "allowed", "initial"), MACHINES)
+def test_each_machine_is_exactly_its_table(machine, statuses, allowed, initial):
+    assert list(machine.statuses) == statuses
+    assert list(machine.transitions) == statuses
+    table = {(s, t) for s, targets in machine.transitions.items() for t in targets}
+    assert table == allowed
+    assert machine.initial == frozenset(initial)
+    assert machine.terminal == frozenset(s for s in statuses if not any(a == s for a, _ in allowed))
+    for source, target in itertools.product(statuses, statuses):
+        ok = (source, target) in allowed
+        assert machine.can(source, target) is ok
+        if ok:
+            machine.check(source, target)
+            continue
+        with pytest.raises(IllegalTransition) as excinfo:
+            machine.check(source, target)
+        assert str(excinfo.value) == (
+            f"illegal {machine.entity} transition from '{source}' to '{target}'"
+        )
+        assert excinfo.value.details == {"from": source, "to": target}
+        assert excinfo.value.code == "illegal_transition"
+    for target in statuses:
+        assert machine.sources(target) == frozenset(s for s, t in allowed if t == target)
+
+
+def test_terminal_sets_of_interrupts_and_effects():
+    assert frozenset({"resolved", "expired"}) == INTERRUPT.terminal
+    assert frozenset({"succeeded"}) == EFFECT.terminal
+    assert INTERRUPT.is_terminal("expired")
+    assert not INTERRUPT.is_terminal("pending")
+    assert EFFECT.sources("resolved") == frozenset({"needs_review"})
+    assert EFFECT.sources("prepared") == frozenset()  # born there, never re-entered
+
+
+def test_the_run_functions_are_the_run_machine():
+    assert RUN.entity == "run"
+    assert (RUN.statuses, RUN.transitions, RUN.terminal) == (STATUSES, TRANSITIONS, TERMINAL)
+    for source, target in PAIRS:
+        assert can_transition(source, target) is RUN.can(source, target)
+        assert is_terminal(source) is RUN.is_terminal(source)
+
+
+def test_unknown_interrupt_or_effect_status_names_the_entity():
+    with pytest.raises(ValueError, match="^unknown interrupt status 'approved'; expected one of: "):
+        INTERRUPT.can("pending", "approved")
+    with pytest.raises(ValueError, match="^unknown effect status 'done'; expected one of: "):
+        EFFECT.check("done", "started")
+
+
+def test_a_table_that_misses_a_status_or_names_an_unknown_one_is_refused():
+    with pytest.raises(ValueError, match="must list every status exactly once"):
+        StateMachine(
+            entity="lamp",
+            statuses=("off", "on"),
+            initial=frozenset({"off"}),
+            transitions={"off": frozenset({"on"})},
+        )
+    with pytest.raises(ValueError, match="moves to unknown statuses"):
+        StateMachine(
+            entity="lamp",
+            statuses=("off", "on"),
+            initial=frozenset({"off"}),
+            transitions={"off": frozenset({"broken"}), "on": frozenset()},
+        )
+    with pytest.raises(ValueError, match="born in unknown statuses"):
+        StateMachine(
+            entity="lamp",
+            statuses=("off", "on"),
+            initial=frozenset({"dim"}),
+            transitions={"off": frozenset({"on"}), "on": frozenset({"off"})},
+        )
+
+
+@dataclass(frozen=True)
+class _LampChanges(Changes):
+    watts: int | Unset = UNSET
+    label: str | None | Unset = UNSET
+
+
+def test_typed_changes_name_only_the_fields_set():
+    assert _LampChanges().columns() == {}
+    assert _LampChanges(watts=40).columns() == {"watts": 40}
+    # None is a value (clear the column), UNSET is "leave it alone".
+    assert _LampChanges(label=None).columns() == {"label": None}
+    assert repr(UNSET) == "UNSET"
+    with pytest.raises(TypeError):
+        _LampChanges(colour="red")  # type: ignore[call-arg]

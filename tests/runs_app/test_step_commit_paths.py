@@ -1,0 +1,209 @@
+"""One step-commit path: the composed PostgreSQL statements and the portable ORM fallback write
+the same rows.
+
+The same workflows run once down each path on the same PostgreSQL database (the fallback forced
+by the one switch that picks a path, ``services._composed_sql``); every row they leave in the
+run, checkpoint, event, session and chunk tables is compared, with ids, times and worker names
+taken out. On SQLite only the fallback exists, and the rest of the suite runs it there.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.db.models import Q
+
+from runs_app import services
+from runs_app.models import Checkpoint, Run, RunEvent
+from sessions_app.models import Chunk, LineageEdge, Session
+from tests.runs_app.conftest import drive
+from tests.runs_app.workflows import durable
+from tests.support import require_postgres
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Linear steps with chunks, a router, a fan-out whose branches finish and join, and an agent
+#: step (model usage on the session) that fails after its write and is retried on a fork.
+WORKFLOWS = [
+    ("linear", {"who": "ada"}),
+    ("routed", {"amount": 3}),
+    ("parallel", {}),
+    ("agent_step", {}),
+]
+
+RUN_FIELDS = (
+    "workflow",
+    "status",
+    "input",
+    "state",
+    "state_seq",
+    "output",
+    "error",
+    "branch",
+    "join_step",
+    "next_nodes",
+    "attempt",
+    "lease_owner",
+    "fencing_token",
+    "checkpoint_seq",
+    "event_seq",
+    "session_len",
+    "fanout",
+)
+CHECKPOINT_FIELDS = (
+    "seq",
+    "step",
+    "next_nodes",
+    "full",
+    "state",
+    "state_digest",
+    "session_len",
+    "fencing_token",
+    "attempt",
+)
+SESSION_FIELDS = (
+    "base_len",
+    "own_len",
+    "usage_prompt_tokens",
+    "usage_completion_tokens",
+    "usage_total_tokens",
+    "usage_cost_usd",
+)
+#: Event data keys holding a wall-clock time.
+TIMES = ("wake_at",)
+CHUNK_FIELDS = ("seq", "role", "kind", "content", "agent", "workflow", "step", "trust", "branch")
+
+
+class Names:
+    """Stable names for the ids a run creates (its runs and sessions, in order of appearance)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        key = str(value)
+        if key not in self.names:
+            self.names[key] = f"#{len(self.names)}"
+        return self.names[key]
+
+    def scrub(self, value: Any) -> Any:
+        """``value`` with every id this run made replaced by its name (in nested JSON too)."""
+        if isinstance(value, dict):
+            return {
+                k: "<time>" if k in TIMES else self.scrub(v)
+                for k, v in value.items()
+                if k != "worker"
+            }
+        if isinstance(value, list):
+            return [self.scrub(v) for v in value]
+        if isinstance(value, str) and value in self.names:
+            return self.names[value]
+        return value
+
+
+def _snapshot(root: Run) -> dict[str, Any]:
+    """Every row the run and its branches left, with ids named in a stable order."""
+    names = Names()
+    runs = [root]
+    index = 0
+    while index < len(runs):  # breadth first; branches in the order the fan-out created them
+        runs += list(Run.objects.filter(parent=runs[index]).order_by("branch", "created_at"))
+        index += 1
+    for run in runs:
+        names(run.id)
+    session_ids = [run.session_id for run in runs]
+    edges = LineageEdge.objects.filter(Q(parent_id__in=session_ids) | Q(child_id__in=session_ids))
+    for parent_id, child_id in edges.order_by("created_at").values_list("parent_id", "child_id"):
+        session_ids += [parent_id, child_id]
+    for session_id in session_ids:
+        names(session_id)
+    snapshot: dict[str, Any] = {"runs": [], "sessions": []}
+    for run in runs:
+        row = {field: names.scrub(getattr(run, field)) for field in RUN_FIELDS}
+        row["lease_expires_at"] = run.lease_expires_at is not None
+        row["finished"] = run.finished_at is not None
+        row["session"] = names(run.session_id)
+        row["parent"] = names(run.parent_id)
+        row["checkpoints"] = [
+            {
+                **{f: names.scrub(getattr(c, f)) for f in CHECKPOINT_FIELDS},
+                "session": names(c.session_id),
+            }
+            for c in Checkpoint.objects.filter(run=run).order_by("seq")
+        ]
+        row["events"] = [
+            (e.seq, e.type, e.step, names.scrub(e.data))
+            for e in RunEvent.objects.filter(run=run).order_by("seq")
+        ]
+        snapshot["runs"].append(row)
+    for session_id in dict.fromkeys(session_ids):
+        session = Session.objects.get(id=session_id)
+        row = {field: getattr(session, field) for field in SESSION_FIELDS}
+        row["name"] = names(session.id)
+        row["base"] = names(session.base_id)
+        row["writer"] = names(session.writer_run_id)
+        row["writer_token"] = session.writer_token
+        row["chunks"] = [
+            {
+                **{f: names.scrub(getattr(c, f)) for f in CHUNK_FIELDS},
+                "usage": c.usage,
+                "run": names(c.run_id),
+            }
+            for c in Chunk.objects.filter(session_id=session.id).order_by("seq")
+        ]
+        snapshot["sessions"].append(row)
+    return snapshot
+
+
+def _run(registry, project, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    durable.CALLS.clear()
+    durable.APPENDED.clear()
+    run, created = services.run_create(
+        project=project,
+        workflow=registry.get(name),
+        state=state,
+        user_message=f"start {name}",
+        idempotency_key=f"{name}-{uuid.uuid4()}",
+    )
+    assert created
+    done = drive(registry, run.id, until=("succeeded", "failed", "needs_review"))
+    return _snapshot(done)
+
+
+@pytest.mark.parametrize(("name", "state"), WORKFLOWS, ids=[w[0] for w in WORKFLOWS])
+def test_both_paths_write_the_same_rows(registry, project, monkeypatch, name, state):
+    require_postgres()
+    composed = _run(registry, project, name, state)
+    monkeypatch.setattr(services, "_composed_sql", lambda: False)
+    portable = _run(registry, project, name, state)
+
+    assert composed["runs"][0]["status"] == "succeeded", composed["runs"][0]
+    assert composed["runs"][0]["checkpoints"], "the workflow committed no step"
+    assert composed == portable
+
+
+def test_the_database_vendor_alone_picks_the_path(registry, project):
+    """Inside a caller's transaction (a ``db``-fixture test) PostgreSQL takes the composed
+    statement too, under a savepoint, so a refusal leaves the transaction usable."""
+    require_postgres()
+    from django.db import transaction
+
+    run, _ = services.run_create(project=project, workflow=registry.get("linear"), state={})
+    with transaction.atomic():
+        assert services._composed_sql()
+        claim = services.lease_claim(worker="w", run_id=run.id)
+        assert claim is not None
+        assert claim.session_length == 0
+        stale = services.Claim(run_id=run.id, token=claim.token - 1, worker="old")
+        commit = services.StepCommit(
+            step="one", state={"a": 1}, previous_state={}, next_nodes=["two"], attempt=1
+        )
+        with pytest.raises(services.StaleLease):
+            services.checkpoint_commit(claim=stale, commit=commit, checkpoint_seq=0)
+        assert services.checkpoint_commit(claim=claim, commit=commit, checkpoint_seq=0) == 1
+    assert Checkpoint.objects.filter(run=run).count() == 1
+    assert Run.objects.get(id=run.id).lease_expires_at is not None
