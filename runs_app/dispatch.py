@@ -3,13 +3,14 @@
 ``on_commit(run_id)`` schedules :func:`send` after the current transaction commits. Where the
 hint goes depends on ``OPENRATH_DISPATCH``:
 
-* ``celery`` (production): ``execute_run.delay(run_id)`` on the broker, with a short publish
+* ``celery`` (production): the ``execute_run`` task on the broker, by name, with a short publish
   timeout; if the broker is down the hint is dropped (logged) and the database-claiming worker
   and the reconciler pick the run up anyway;
 * ``local`` (embedded): wake the in-process worker threads;
 * ``none``: nothing (tests drive workers themselves).
 
-Duplicate hints are harmless: only the lease holder executes a run.
+Duplicate hints are harmless: only the lease holder executes a run. This module is the lowest
+layer of runs_app: it sends the task by name, so it imports nothing that executes a run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from django.conf import settings
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
+
+#: The Celery task that claims and executes one run (runs_app.tasks).
+EXECUTE_RUN_TASK = "runs_app.tasks.execute_run"
 
 _local_listeners: list[Callable[[uuid.UUID], None]] = []
 _lock = threading.Lock()
@@ -55,9 +59,10 @@ def send(run_id: uuid.UUID) -> None:
     if settings.OPENRATH_DISPATCH != "celery":
         return
     try:
-        from runs_app.tasks import execute_run
+        from celery import current_app
 
-        execute_run.apply_async(
+        current_app.send_task(
+            EXECUTE_RUN_TASK,
             args=[str(run_id)],
             retry=True,
             retry_policy={

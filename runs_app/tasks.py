@@ -7,7 +7,7 @@ import uuid
 
 from celery import shared_task
 
-from runs_app import heartbeats, services
+from runs_app import dispatch, heartbeats, services
 from runs_app.executor import run_one
 from runs_app.registration import workflows
 from runs_app.worker import worker_name
@@ -15,7 +15,7 @@ from runs_app.worker import worker_name
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="runs_app.tasks.execute_run", acks_late=True, ignore_result=True)
+@shared_task(name=dispatch.EXECUTE_RUN_TASK, acks_late=True, ignore_result=True)
 def execute_run(run_id: str) -> str:
     """Claim the run if it is claimable and execute it; a no-op for a duplicate delivery."""
     outcome = run_one(
