@@ -207,3 +207,36 @@ def test_the_database_vendor_alone_picks_the_path(registry, project):
         assert services.checkpoint_commit(claim=claim, commit=commit, checkpoint_seq=0) == 1
     assert Checkpoint.objects.filter(run=run).count() == 1
     assert Run.objects.get(id=run.id).lease_expires_at is not None
+
+
+@pytest.mark.parametrize("composed", [True, False], ids=["composed", "portable"])
+def test_a_commit_past_the_usage_domain_is_refused_the_same_way(
+    registry, project, monkeypatch, composed
+):
+    """A step whose chunks would carry the session's token total past its domain is the
+    documented 400 on both paths, and nothing of the step is written."""
+    if composed:
+        require_postgres()
+    else:
+        monkeypatch.setattr(services, "_composed_sql", lambda: False)
+    from openrath_project.errors import ValidationFailed
+    from sessions_app.chunk_rules import MAX_SESSION_TOKENS, make_draft
+
+    run, _ = services.run_create(project=project, workflow=registry.get("linear"), state={})
+    claim = services.lease_claim(worker="w", run_id=run.id)
+    assert claim is not None
+    Session.objects.filter(id=run.session_id).update(usage_total_tokens=MAX_SESSION_TOKENS - 5)
+    draft = make_draft(role="assistant", content={"text": "costly"}, usage={"total_tokens": 10})
+    commit = services.StepCommit(
+        step="one",
+        state={"a": 1},
+        previous_state={},
+        next_nodes=["two"],
+        attempt=1,
+        chunks=[draft],
+    )
+    with pytest.raises(ValidationFailed, match="usage"):
+        services.checkpoint_commit(claim=claim, commit=commit, checkpoint_seq=0)
+    assert not Checkpoint.objects.filter(run=run).exists()
+    assert Session.objects.get(id=run.session_id).own_len == 0
+    assert Run.objects.get(id=run.id).checkpoint_seq == 0
