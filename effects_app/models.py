@@ -9,8 +9,11 @@ from django.db.models import Q
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
+from openrath_project.tenancy.scoping import ScopedManager
+from runs_app.transitions import EFFECT
 
-EFFECT_STATES = ("prepared", "started", "succeeded", "failed", "needs_review", "resolved")
+#: The lifecycle's statuses, from its transition table (``runs_app.transitions.EFFECT``).
+EFFECT_STATES = EFFECT.statuses
 EFFECT_CLASSES = ("idempotent", "non_idempotent", "decision")
 RESOLUTIONS = ("applied", "not_applied", "cancel_run")
 
@@ -52,6 +55,8 @@ class EffectRecord(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("-id",)

@@ -12,7 +12,7 @@ from openrath_project.tenancy.selectors import parse_uuid
 
 def effect_list(*, principal: Principal) -> QuerySet[EffectRecord]:
     """Effects of the principal's tenant and projects (selector decisions excluded)."""
-    return principal.scope(EffectRecord.objects.exclude(effect_class="decision"))
+    return EffectRecord.objects.for_principal(principal).exclude(effect_class="decision")
 
 
 def effect_get(*, principal: Principal, effect_id: object) -> EffectRecord:

@@ -23,6 +23,7 @@ from django.db.models.lookups import LessThanOrEqual
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
+from openrath_project.tenancy.scoping import ScopedManager
 from sessions_app.chunk_rules import TRUST_LABELS
 from sessions_app.models import Session
 
@@ -81,6 +82,8 @@ class MemoryEntry(models.Model):
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("-id",)

@@ -57,7 +57,7 @@ class RecallHit:
 
 def memory_list(*, principal: Principal) -> QuerySet[MemoryEntry]:
     """Memory entries in the principal's tenant and projects."""
-    return principal.scope(MemoryEntry.objects.all())
+    return MemoryEntry.objects.for_principal(principal)
 
 
 def recall_places(*, scope: str, agent: str = "", session_id: object = None) -> list[str]:
@@ -160,9 +160,12 @@ def recall(
         .annotate(score=Sum(bm25_expression(idfs, stats)))
         .order_by("-score", "-entry_id")[:k]
     ]
-    entries = MemoryEntry.objects.filter(
-        tenant_id=tenant_id, project_id=project_id, id__in=[entry_id for entry_id, _ in best]
-    ).in_bulk()
+    # scope: the tenant and project the caller resolved (the API resolves them in scope)
+    entries = (
+        MemoryEntry.objects.unscoped()
+        .filter(tenant_id=tenant_id, project_id=project_id, id__in=[e for e, _ in best])
+        .in_bulk()
+    )
     return [
         RecallHit(
             id=entry.id,

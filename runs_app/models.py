@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
+from openrath_project.tenancy.scoping import ScopedManager
 from runs_app.transitions import STATUSES
 
 
@@ -94,6 +95,8 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("-id",)
@@ -230,6 +233,8 @@ class Interrupt(models.Model):
     #: Applied on expiry: ``{"decision": ..., "response": ...}`` (default: reject).
     default = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("-id",)

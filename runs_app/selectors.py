@@ -16,13 +16,18 @@ from runs_app.state_delta import apply
 
 
 def run_list(*, principal: Principal) -> QuerySet[Run]:
-    return principal.scope(Run.objects.all())
+    """Runs in the principal's tenant and projects."""
+    return Run.objects.for_principal(principal)
 
 
-def run_get(*, principal: Principal, run_id: object) -> Run:
-    """A run in scope, or 404 (another tenant's run is indistinguishable from a missing one)."""
+def run_get(*, principal: Principal, run_id: object, related: tuple[str, ...] = ()) -> Run:
+    """A run in scope, or 404 (another tenant's run is indistinguishable from a missing one).
+    ``related``: relations read in the same query (``select_related``)."""
     as_uuid = parse_uuid(run_id)
-    run = run_list(principal=principal).filter(id=as_uuid).first() if as_uuid else None
+    runs = run_list(principal=principal)
+    if related:
+        runs = runs.select_related(*related)
+    run = runs.filter(id=as_uuid).first() if as_uuid else None
     if run is None:
         raise NotFound("run not found", details={"run": str(run_id)})
     return run
@@ -30,6 +35,13 @@ def run_get(*, principal: Principal, run_id: object) -> Run:
 
 def event_page(run: Run, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+
+
+def checkpoint_steps(run: Run) -> set[str]:
+    """The steps the run has checkpointed (the plan view marks them visited)."""
+    return set(
+        Checkpoint.objects.filter(run=run).order_by().values_list("step", flat=True).distinct()
+    )
 
 
 def checkpoint_page(run: Run, *, after: int = 0, limit: int = 50) -> list[dict[str, Any]]:
@@ -46,7 +58,8 @@ def checkpoint_page(run: Run, *, after: int = 0, limit: int = 50) -> list[dict[s
 
 
 def interrupt_list(*, principal: Principal) -> QuerySet[Interrupt]:
-    return principal.scope(Interrupt.objects.all())
+    """Interrupts in the principal's tenant and projects."""
+    return Interrupt.objects.for_principal(principal)
 
 
 def interrupt_get(*, principal: Principal, interrupt_id: object) -> Interrupt:

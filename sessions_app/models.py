@@ -15,6 +15,7 @@ from django.db.models import F, Q
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
+from openrath_project.tenancy.scoping import ScopedManager
 from sessions_app.chunk_rules import (
     KINDS,
     MAX_SESSION_COST_USD,
@@ -67,6 +68,8 @@ class Session(models.Model):
     writer_token = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("-id",)
@@ -143,6 +146,10 @@ class Chunk(models.Model):
     branch = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    #: A chunk is in its session's project (its tenant is its own column).
+    scope_project_path: ClassVar[str | None] = "session__project_id"
+    objects = ScopedManager()
+
     class Meta:
         ordering = ("session", "seq")
         constraints = [
@@ -176,6 +183,10 @@ class LineageEdge(models.Model):
     run_id = models.UUIDField(null=True, blank=True)
     step = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    #: An edge never leaves a project (fork, detach and merge stay in it): the child's.
+    scope_project_path: ClassVar[str | None] = "child__project_id"
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("child", "position")

@@ -40,7 +40,8 @@ def with_parents(queryset: QuerySet[Session]) -> QuerySet[Session]:
     return queryset.prefetch_related(
         Prefetch(
             "parent_edges",
-            queryset=LineageEdge.objects.order_by("position", "id"),
+            # scope: the edges into sessions of ``queryset``, which the caller scoped
+            queryset=LineageEdge.objects.unscoped().order_by("position", "id"),
             to_attr="prefetched_parent_edges",
         )
     )
@@ -50,7 +51,8 @@ def session_parent_ids(session_id: uuid.UUID) -> tuple[uuid.UUID, ...]:
     """A session's lineage parents in order (a ``detach`` edge records a source, not a parent).
     Edges are written once with their child, so the answer never changes."""
     return tuple(
-        LineageEdge.objects.filter(child_id=session_id)
+        LineageEdge.objects.unscoped()  # scope: by the id of a session the caller holds
+        .filter(child_id=session_id)
         .exclude(op="detach")
         .order_by("position", "id")
         .values_list("parent_id", flat=True)
@@ -59,7 +61,7 @@ def session_parent_ids(session_id: uuid.UUID) -> tuple[uuid.UUID, ...]:
 
 def session_list(*, principal: Principal) -> QuerySet[Session]:
     """Sessions in the principal's tenant and projects."""
-    return with_parents(principal.scope(Session.objects.all()))
+    return with_parents(Session.objects.for_principal(principal))
 
 
 def session_get(*, principal: Principal, session_id: object) -> Session:
@@ -75,7 +77,8 @@ def session_get(*, principal: Principal, session_id: object) -> Session:
 
 def sessions_with_agent(queryset: QuerySet[Session], agent: str) -> QuerySet[Session]:
     """Sessions an agent produced or wrote chunks into."""
-    wrote = Chunk.objects.filter(session_id=OuterRef("pk"), agent=agent)
+    # scope: a subquery of the rows of ``queryset``, which the caller scoped
+    wrote = Chunk.objects.unscoped().filter(session_id=OuterRef("pk"), agent=agent)
     return queryset.filter(Q(agent=agent) | Exists(wrote))
 
 
@@ -132,7 +135,8 @@ def chunk_page(
     limit = min(limit, MAX_SEQ)
     params: list[Any] = [min(upto, MAX_SEQ)] if upto is not None else []
     params += [db_uuid(session_id), after, after + limit, limit]
-    return list(Chunk.objects.raw(sql, params))
+    # scope: the chunks of a session the caller read in scope (by its id)
+    return list(Chunk.objects.unscoped().raw(sql, params))
 
 
 def chunk_all(session_id: uuid.UUID, *, upto: int | None = None, page: int = 1000) -> list[Chunk]:
@@ -205,7 +209,9 @@ def lineage_page(
     """A page of the lineage graph: sessions ordered by id (creation order), and every edge
     that points into a session of the page. Three queries whatever the depth or size."""
     ids = lineage_ids(session, direction)
-    nodes_qs = with_parents(Session.objects.filter(id__in=ids, tenant_id=session.tenant_id))
+    # scope: the lineage of a session the caller read in scope; edges never leave its project
+    in_graph = Session.objects.unscoped().filter(id__in=ids, tenant_id=session.tenant_id)
+    nodes_qs = with_parents(in_graph)
     after_id = parse_uuid(after) if after else None
     if after_id is not None:
         nodes_qs = nodes_qs.filter(id__gt=after_id)
@@ -241,7 +247,8 @@ def project_usage(project: Project) -> dict[str, int | float]:
         sums[f"{key}_low"] = Sum(column % _SPLIT)
     # As a float: SQLite's decimal converter refuses sums beyond the column's 20 digits.
     sums["cost_usd"] = Sum("usage_cost_usd", output_field=FloatField())
-    totals = Session.objects.filter(project=project).aggregate(**sums)
+    # scope: the sessions of a project the caller read in scope
+    totals = Session.objects.unscoped().filter(project=project).aggregate(**sums)
     usage: dict[str, int | float] = {
         key: int(totals[f"{key}_high"] or 0) * _SPLIT + int(totals[f"{key}_low"] or 0)
         for key in ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -269,7 +276,9 @@ def chunk_artifact(session: Session, digest: str) -> dict[str, Any] | None:
     if not found:
         return None
     imported = set(
-        Session.objects.filter(id__in={stored_in for stored_in, _ in found})
+        # scope: the sessions of the base chain of ``session``, which the caller read in scope
+        Session.objects.unscoped()
+        .filter(id__in={stored_in for stored_in, _ in found})
         .filter(provenance__has_key="format")
         .values_list("id", flat=True)
     )

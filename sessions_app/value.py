@@ -38,43 +38,78 @@ def resolve_project(project: Any = None) -> Project:
     """A Project from an instance, an id, ``"tenant/project"``, a slug unique across tenants,
     the write context's project, ``OPENRATH_DEFAULT_PROJECT``, then: in a script configured by
     the library the default project ``local/default`` (``openrath_project.library``), in a
-    Django process the only project there is."""
-    if isinstance(project, Project):
-        return project
+    Django process the only project there is.
+
+    Inside a write context that has a project (a durable step: the run's), a project named
+    by the call must be in that project's tenant: another tenant's is "no project"."""
     if project is None:
         ctx_project = context.current().project
         if ctx_project is not None:
-            return resolve_project(ctx_project)
+            return _find_project(ctx_project, tenant_id=None)
         default = os.environ.get("OPENRATH_DEFAULT_PROJECT")
         if default:
-            return resolve_project(default)
+            return _find_project(default, tenant_id=None)
         from openrath_project import library
 
         if library.is_library_process():
             return library.default_project()
-        only = list(Project.objects.all()[:2])
+        # scope: no project named and no context: a single-project installation's only one
+        only = list(Project.objects.unscoped()[:2])
         if len(only) == 1:
             return only[0]
         raise ValidationFailed(
             "say which project: project='tenant/project' (or set OPENRATH_DEFAULT_PROJECT)"
         )
+    return _find_project(project, tenant_id=context_tenant_id())
+
+
+def context_tenant_id() -> uuid.UUID | None:
+    """The tenant of the write context's project (``None`` outside one): what in-process
+    code running for a tenant (a durable step) may reach. The library acts for no principal;
+    this is its scope."""
+    ctx_project = context.current().project
+    if ctx_project is None:
+        return None
+    if isinstance(ctx_project, Project):
+        return ctx_project.tenant_id
+    return _find_project(ctx_project, tenant_id=None).tenant_id
+
+
+def _find_project(project: Any, *, tenant_id: uuid.UUID | None) -> Project:
+    """The project ``project`` names, only in ``tenant_id`` when one is given (404 outside)."""
+    if isinstance(project, Project):
+        if tenant_id is not None and project.tenant_id != tenant_id:
+            raise NotFound(f"no project {str(project)!r} in this tenant")
+        return project
     ref = str(project)
-    try:
-        return Project.objects.get(id=uuid.UUID(ref))
-    except (ValueError, Project.DoesNotExist):
-        pass
+    # scope: the library acts for no principal; limited to the context's tenant when it has one
+    projects = Project.objects.unscoped()
+    if tenant_id is not None:
+        projects = projects.filter(tenant_id=tenant_id)
+    as_uuid = _as_uuid(ref)
+    if as_uuid is not None:
+        found = projects.filter(id=as_uuid).first()
+        if found is not None:
+            return found
     if "/" in ref:
         tenant_slug, _, slug = ref.partition("/")
-        found = Project.objects.filter(tenant__slug=tenant_slug, slug=slug).first()
+        found = projects.filter(tenant__slug=tenant_slug, slug=slug).first()
         if found is None:
             raise NotFound(f"no project {ref!r}")
         return found
-    matches = list(Project.objects.filter(slug=ref)[:2])
+    matches = list(projects.filter(slug=ref)[:2])
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise NotFound(f"no project {ref!r}")
     raise ValidationFailed(f"project slug {ref!r} exists in several tenants: say 'tenant/{ref}'")
+
+
+def _as_uuid(ref: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(ref)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -224,7 +259,8 @@ def _cumulative(row: SessionRow, depth: int = 0) -> TokenUsage:
     if row.op != "merge" or depth > 64:
         return own
     parent_ids = selectors.session_parent_ids(row.id)
-    parents = {p.id: p for p in SessionRow.objects.filter(id__in=parent_ids)}
+    # scope: the parents of a row already held (an edge never joins two tenants)
+    parents = {p.id: p for p in SessionRow.objects.unscoped().filter(id__in=parent_ids)}
     for parent_id in parent_ids:
         if parent_id in parents:
             own = own + _cumulative(parents[parent_id], depth + 1)
@@ -294,7 +330,12 @@ class Session:
 
     @classmethod
     def load(cls, session_id: uuid.UUID | str) -> Session:
-        row = SessionRow.objects.filter(id=uuid.UUID(str(session_id))).first()
+        # scope: the library acts for no principal; in a durable step, only the run's tenant
+        rows = SessionRow.objects.unscoped().filter(id=uuid.UUID(str(session_id)))
+        tenant_id = context_tenant_id()
+        if tenant_id is not None:
+            rows = rows.filter(tenant_id=tenant_id)
+        row = rows.first()
         if row is None:
             raise NotFound(f"no session {session_id}")
         return cls(row)

@@ -1,7 +1,8 @@
 """The base of every API view: one principal per request, querysets scoped before any handler.
 
 A view declares the grant each method (or viewset action) needs in ``grants`` and how to scope
-its rows in ``scope_queryset``; ``get_queryset`` is final, so no handler sees an unscoped row.
+its rows in ``scope_queryset``; ``get_queryset`` and ``get_object`` are final (a subclass that
+overrides either is refused when its module is imported), so no handler sees an unscoped row.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ class ScopedAPIView(GenericAPIView):
     #: its filters and the cursor pagination's), e.g. ``{"events": ("after", "limit")}``. A GET
     #: action not named here takes none.
     action_query_params: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    #: Methods a subclass may not override: every row a handler sees comes through them.
+    FINAL_METHODS: ClassVar[tuple[str, ...]] = ("get_queryset", "get_object")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ScopedAPIView.FINAL_METHODS:
+            # Resolved through the MRO: a mixin listed before this class overrides it too.
+            if getattr(cls, name) is not getattr(ScopedAPIView, name):
+                raise TypeError(
+                    f"{cls.__module__}.{cls.__qualname__} overrides {name}(), which "
+                    "ScopedAPIView keeps final so that every row is scoped: implement "
+                    "scope_queryset(principal) instead (for one object, a selector's *_get)"
+                )
 
     def required_grant(self, request: Request) -> str | None:
         method = "GET" if request.method == "HEAD" else (request.method or "GET")

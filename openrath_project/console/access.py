@@ -23,7 +23,7 @@ from openrath_project.api.permissions import SESSION_TENANT_KEY
 from openrath_project.errors import NotFound, PermissionDenied
 from openrath_project.tenancy.models import Membership, Project
 from openrath_project.tenancy.principal import Principal
-from openrath_project.tenancy.selectors import parse_uuid, project_list
+from openrath_project.tenancy.selectors import memberships_of, parse_uuid, project_list
 from openrath_project.tenancy.services import principal_for_user
 
 SESSION_PROJECT_KEY = "openrath_project"
@@ -63,9 +63,7 @@ def _console_for(request: HttpRequest, principal: Principal) -> Console:
     wanted = parse_uuid(request.session.get(SESSION_PROJECT_KEY))
     project = next((p for p in projects if p.id == wanted), None)
     user: Any = request.user
-    memberships = list(
-        Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant__slug")
-    )
+    memberships = list(memberships_of(user_id=user.pk))
     grants = principal.grants
     return Console(
         principal=principal,

@@ -51,7 +51,7 @@ from openrath_project.tenancy.services import principal_for_user
 from runs_app import registration
 from runs_app import selectors as run_selectors
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
+from runs_app.models import Interrupt, Run
 from runs_app.services import run_cancel, run_resume, run_state_at
 from runs_app.transitions import STATUSES, TERMINAL
 from sessions_app import selectors as session_selectors
@@ -530,7 +530,7 @@ def _run_page(
     after = parse_int(request.GET.get("events_after"))
     if after is None:
         after = max(0, run.event_seq - EVENTS_SHOWN)
-    events = list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:EVENTS_SHOWN])
+    events = run_selectors.event_page(run, after=after, limit=EVENTS_SHOWN)
     tail = not events or events[-1].seq >= run.event_seq
     try:
         state_json = display.pretty(run_state_at(run))
@@ -539,9 +539,7 @@ def _run_page(
     checkpoints = run_selectors.checkpoint_page(
         run, after=max(0, run.checkpoint_seq - CHECKPOINTS_SHOWN), limit=CHECKPOINTS_SHOWN
     )
-    visited = set(
-        Checkpoint.objects.filter(run=run).order_by().values_list("step", flat=True).distinct()
-    )
+    visited = run_selectors.checkpoint_steps(run)
     current = [] if run.status in TERMINAL else [str(n) for n in run.next_nodes or []]
     plan = layout(run.plan.graph)
     pending = run_selectors.interrupt_list(principal=principal).filter(run=run, status="pending")
@@ -618,6 +616,13 @@ def _run_page(
     )
 
 
+def _page_run(console: Console, run_id: object) -> Run:
+    """The run in scope (or 404) with what its page shows: plan, project, session."""
+    return run_selectors.run_get(
+        principal=console.principal, run_id=run_id, related=("plan", "project", "session")
+    )
+
+
 def parse_int(value: Any) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
@@ -628,9 +633,7 @@ def parse_int(value: Any) -> int | None:
 @require_GET
 @console_page()
 def run_detail(request: HttpRequest, console: Console, run_id: uuid.UUID) -> HttpResponse:
-    run = run_selectors.run_get(principal=console.principal, run_id=run_id)
-    run = Run.objects.select_related("plan", "project", "session").get(id=run.id)
-    return _run_page(request, console, run)
+    return _run_page(request, console, _page_run(console, run_id))
 
 
 @require_POST
@@ -643,7 +646,7 @@ def run_cancel_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -
         run_cancel(run=run, reason=reason, actor=console.principal.actor)
     except DomainError as exc:
         _refused(request, exc, reason=reason, via="console")
-        fresh = Run.objects.select_related("plan", "project", "session").get(id=run.id)
+        fresh = _page_run(console, run.id)
         return _run_page(request, console, fresh, error=ActionError.of(exc, run.id))
     audit_note(request, details={"reason": reason, "via": "console"})
     messages.success(request, "The run is cancelled (and its branches).")
@@ -660,7 +663,7 @@ def run_resume_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -
         run_resume(run=run, reason=reason, actor=console.principal.actor)
     except DomainError as exc:
         _refused(request, exc, reason=reason, via="console")
-        fresh = Run.objects.select_related("plan", "project", "session").get(id=run.id)
+        fresh = _page_run(console, run.id)
         return _run_page(request, console, fresh, error=ActionError.of(exc, run.id))
     audit_note(request, details={"reason": reason, "via": "console"})
     messages.success(request, "The run is queued again.")
@@ -695,12 +698,14 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
     last_seq = page[-1].seq if page else after
     tail = last_seq >= length - 1
     parents = list(
-        LineageEdge.objects.filter(child=session, tenant_id=console.principal.tenant_id)
+        LineageEdge.objects.for_principal(console.principal)
+        .filter(child=session)
         .select_related("parent")
         .order_by("position", "id")
     )
     children = list(
-        LineageEdge.objects.filter(parent=session, tenant_id=console.principal.tenant_id)
+        LineageEdge.objects.for_principal(console.principal)
+        .filter(parent=session)
         .select_related("child")
         .order_by("id")[:50]
     )

@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.grants import ROLES
+from openrath_project.tenancy.scoping import TENANT_WIDE, ScopedManager, ScopedQuerySet
 
 
 class Tenant(models.Model):
@@ -37,6 +38,10 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    #: Scoped by its own id: a restricted token sees only its projects.
+    scope_project_path: ClassVar[str | None] = "id"
+    objects = ScopedManager()
+
     class Meta:
         ordering = ("tenant", "slug")
         constraints = [
@@ -58,6 +63,9 @@ class Membership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=ROLE_CHOICES)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    scope_project_path: ClassVar[str | None] = TENANT_WIDE
+    objects = ScopedManager()
 
     class Meta:
         ordering = ("tenant", "user")
@@ -91,6 +99,11 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
+    #: A token belongs to the tenant (its project restriction is what it grants, not where it
+    #: lives).
+    scope_project_path: ClassVar[str | None] = TENANT_WIDE
+    objects = ScopedManager()
+
     class Meta:
         ordering = ("tenant", "-created_at")
         constraints = [
@@ -108,7 +121,9 @@ class ApiToken(models.Model):
         return f"{self.prefix} ({self.name})"
 
 
-class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+class AuditEventQuerySet(ScopedQuerySet["AuditEvent"]):
+    """Scoped like every tenant-owned queryset, and append-only."""
+
     def update(self, **kwargs: Any) -> int:
         raise TypeError("the audit log is append-only")
 

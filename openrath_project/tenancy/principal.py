@@ -1,16 +1,15 @@
 """The principal: who is acting, in which tenant, with which grants and project scope.
 
 Resolved once per request (API token or console login) and passed to every selector and service
-that needs scoping. An object outside the principal's scope is reported as missing (404).
+that needs scoping (``Model.objects.for_principal(principal)``, tenancy/scoping.py). An
+object outside the principal's scope is reported as missing (404).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from django.db import models
+from typing import TYPE_CHECKING, Any
 
 from openrath_project.errors import NotFound, PermissionDenied
 
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
     from openrath_project.tenancy.models import ApiToken, Project, Tenant
-
-M = TypeVar("M", bound=models.Model)
 
 
 @dataclass(frozen=True)
@@ -57,15 +54,6 @@ class Principal:
         if project_id is None:
             return not self.is_project_restricted
         return self.project_ids is None or project_id in self.project_ids
-
-    def scope(
-        self, queryset: models.QuerySet[M], *, project_field: str | None = "project"
-    ) -> models.QuerySet[M]:
-        """Restrict a queryset of tenant-owned rows to this principal's tenant and projects."""
-        qs = queryset.filter(tenant_id=self.tenant.id)
-        if project_field is not None and self.project_ids is not None:
-            qs = qs.filter(**{f"{project_field}_id__in": self.project_ids})
-        return qs
 
     def check_project(self, project: Project) -> None:
         """404 unless the project is in scope: existence outside the scope never leaks."""

@@ -7,7 +7,7 @@ import uuid
 from django.db.models import Q, QuerySet
 
 from openrath_project.errors import NotFound
-from openrath_project.tenancy.models import AuditEvent, Project
+from openrath_project.tenancy.models import AuditEvent, Membership, Project
 from openrath_project.tenancy.principal import Principal
 
 
@@ -20,10 +20,7 @@ def parse_uuid(value: object) -> uuid.UUID | None:
 
 def project_list(*, principal: Principal) -> QuerySet[Project]:
     """Projects of the principal's tenant, limited to its project scope."""
-    qs = Project.objects.filter(tenant_id=principal.tenant_id)
-    if principal.project_ids is not None:
-        qs = qs.filter(id__in=principal.project_ids)
-    return qs
+    return Project.objects.for_principal(principal)
 
 
 def project_get(*, principal: Principal, ref: object) -> Project:
@@ -41,9 +38,17 @@ def project_get(*, principal: Principal, ref: object) -> Project:
     return project
 
 
+def memberships_of(*, user_id: int | str) -> QuerySet[Membership]:
+    """A login's memberships in every tenant, by tenant slug (the console's tenant switcher)."""
+    # scope: the user's own memberships, across tenants: choosing one is what sets the principal
+    return (
+        Membership.objects.unscoped()
+        .filter(user_id=user_id)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+
+
 def audit_list(*, principal: Principal) -> QuerySet[AuditEvent]:
     """Audit events of the principal's tenant (and its projects, when the token is restricted)."""
-    qs = AuditEvent.objects.filter(tenant_id=principal.tenant_id)
-    if principal.project_ids is not None:
-        qs = qs.filter(project_id__in=principal.project_ids)
-    return qs.select_related("project")
+    return AuditEvent.objects.for_principal(principal).select_related("project")

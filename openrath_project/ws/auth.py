@@ -137,7 +137,12 @@ def reidentify(identity: Identity) -> Identity:
     principal = identity.principal
     assert principal is not None
     if principal.token is not None:
-        token = ApiToken.objects.select_related("tenant").filter(pk=principal.token.pk).first()
+        token = (
+            ApiToken.objects.for_principal(principal)
+            .select_related("tenant")
+            .filter(pk=principal.token.pk)
+            .first()
+        )
         now = timezone.now()
         if token is None or token.revoked_at is not None:
             return _anonymous(identity.request_id, "token revoked")

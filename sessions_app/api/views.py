@@ -145,7 +145,7 @@ class SessionViewSet(
         return session
 
     def _out(self, session: Session, status: int = 200) -> Response:
-        fresh = selectors.with_parents(Session.objects.filter(id=session.id)).get()
+        fresh = selectors.session_list(principal=self.principal).get(id=session.id)
         return Response(SessionOut(fresh).data, status=status)
 
     @extend_schema(summary="Get a session")
@@ -413,9 +413,9 @@ class SessionViewSet(
         )
         self.audit(details={"sessions": len(result.sessions)})
         rows = list(
-            selectors.with_parents(
-                Session.objects.filter(id__in=[s.id for s in result.sessions])
-            ).order_by("id")
+            selectors.session_list(principal=self.principal)
+            .filter(id__in=[s.id for s in result.sessions])
+            .order_by("id")
         )
         return Response(
             {
