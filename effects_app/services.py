@@ -41,6 +41,7 @@ from openrath_project.jsontext import digest
 from runs_app import services as run_services
 from runs_app.control import LeaseLost, NeedsReview
 from runs_app.models import Run
+from runs_app.step import StepRef
 from runs_app.transitions import EFFECT, UNSET, Changes, Unset, is_terminal
 
 logger = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def _accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
 
 
 def effect_call(
-    ctx: Any,
+    ref: StepRef,
     *,
     key: str,
     fn: Callable[..., Any],
@@ -135,7 +136,7 @@ def effect_call(
     kwargs: dict[str, Any] | None = None,
     idempotent: bool = False,
 ) -> Any:
-    """Run ``fn`` through the ledger on behalf of a step (see the module docstring).
+    """Run ``fn`` through the ledger on behalf of the step ``ref`` (see the module docstring).
 
     ``fn`` receives ``idempotency_key=`` when its signature accepts it, so the system it calls
     can deduplicate a retry.
@@ -145,27 +146,27 @@ def effect_call(
         raise ValueError("an effect key is a non-empty string of at most 200 characters")
     request = request_of(fn, args, kwargs)
     request_digest = digest(request)
-    record = EffectRecord.objects.filter(run_id=ctx.run_id, step=ctx.step, key=key).first()
+    record = EffectRecord.objects.filter(run_id=ref.run_id, step=ref.step, key=key).first()
     if record is None:
         try:
             with transaction.atomic():
                 record = EffectRecord.objects.create(
-                    tenant_id=ctx.tenant_id,
-                    project_id=ctx.project.id,
-                    run_id=ctx.run_id,
-                    step=ctx.step,
+                    tenant_id=ref.tenant_id,
+                    project_id=ref.project_id,
+                    run_id=ref.run_id,
+                    step=ref.step,
                     key=key,
-                    idempotency_key=derive_idempotency_key(ctx.run_id, ctx.step, key),
+                    idempotency_key=derive_idempotency_key(ref.run_id, ref.step, key),
                     effect_class="idempotent" if idempotent else "non_idempotent",
                     request=request,
                     request_digest=request_digest,
-                    fencing_token=ctx.fencing_token,
+                    fencing_token=ref.fencing_token,
                 )
         except IntegrityError:
-            record = EffectRecord.objects.get(run_id=ctx.run_id, step=ctx.step, key=key)
+            record = EffectRecord.objects.get(run_id=ref.run_id, step=ref.step, key=key)
     if record.request_digest != request_digest:
         raise EffectConflict(
-            f"effect {key!r} of step {ctx.step!r} was recorded with a different request",
+            f"effect {key!r} of step {ref.step!r} was recorded with a different request",
             details={
                 "effect": str(record.id),
                 "recorded_digest": record.request_digest,
@@ -185,7 +186,7 @@ def effect_call(
         if record.effect_class != "idempotent":
             _fenced(
                 record,
-                ctx.fencing_token,
+                ref.fencing_token,
                 "needs_review",
                 ["started"],
                 EffectChanges(reason="the worker died while the effect was running"),
@@ -197,13 +198,13 @@ def effect_call(
         runnable.append("started")  # idempotent: call again with the same key
     if not _fenced(
         record,
-        ctx.fencing_token,
+        ref.fencing_token,
         "started",
         runnable,
         EffectChanges(
             attempts=F("attempts") + 1,
             started_at=timezone.now(),
-            fencing_token=ctx.fencing_token,
+            fencing_token=ref.fencing_token,
             error=None,
         ),
     ):
@@ -216,7 +217,7 @@ def effect_call(
     except Exception as exc:
         _fenced(
             record,
-            ctx.fencing_token,
+            ref.fencing_token,
             "failed",
             ["started"],
             EffectChanges(
@@ -228,7 +229,7 @@ def effect_call(
     stored = _jsonable(result)
     if not _fenced(
         record,
-        ctx.fencing_token,
+        ref.fencing_token,
         "succeeded",
         ["started"],
         EffectChanges(result=stored, finished_at=timezone.now()),
@@ -326,15 +327,15 @@ class LedgerDecisions:
     """A :class:`sessions_app.context.DecisionStore` on the ledger: a selector's decision in a
     step is recorded once and reused when the step runs again."""
 
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
+    def __init__(self, ref: StepRef) -> None:
+        self.ref = ref
 
     def _key(self, key: str) -> str:
-        return f"decision@{self.ctx.checkpoint_seq}:{key}"[:200]
+        return f"decision@{self.ref.checkpoint_seq}:{key}"[:200]
 
     def recall(self, key: str) -> Any | None:
         record = EffectRecord.objects.filter(
-            run_id=self.ctx.run_id, step=self.ctx.step, key=self._key(key), status="succeeded"
+            run_id=self.ref.run_id, step=self.ref.step, key=self._key(key), status="succeeded"
         ).first()
         return None if record is None else record.result
 
@@ -344,13 +345,13 @@ class LedgerDecisions:
         try:
             with transaction.atomic():
                 EffectRecord.objects.create(
-                    tenant_id=self.ctx.tenant_id,
-                    project_id=self.ctx.project.id,
-                    run_id=self.ctx.run_id,
-                    step=self.ctx.step,
+                    tenant_id=self.ref.tenant_id,
+                    project_id=self.ref.project_id,
+                    run_id=self.ref.run_id,
+                    step=self.ref.step,
                     key=stored_key,
                     idempotency_key=derive_idempotency_key(
-                        self.ctx.run_id, self.ctx.step, stored_key
+                        self.ref.run_id, self.ref.step, stored_key
                     ),
                     effect_class="decision",
                     request=request,
@@ -358,7 +359,7 @@ class LedgerDecisions:
                     status="succeeded",
                     result=_jsonable(value),
                     attempts=1,
-                    fencing_token=self.ctx.fencing_token,
+                    fencing_token=self.ref.fencing_token,
                     finished_at=timezone.now(),
                 )
         except IntegrityError:

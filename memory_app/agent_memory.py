@@ -10,11 +10,15 @@ metadata. Results have OpenRath's shapes (``.uri``, ``.bytes_written``; ``.hits`
 
 Every write goes through ``memory_app.services`` (de-duplication, trust labels, limits), so
 memory written this way is the same memory the API, the admin and the agent loop read.
+
+:class:`ProjectMemory` is this app's implementation of the agent's memory port
+(``sessions_app.agent_memory.AgentMemory``); the shell installs it when Django starts.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,7 @@ __all__ = [
     "MemoryFindResult",
     "MemoryHit",
     "MemoryWriteResult",
+    "ProjectMemory",
     "agent_commit",
     "agent_recall",
     "agent_remember",
@@ -215,3 +220,68 @@ def agent_commit(
             for entry in entries
         ),
     )
+
+
+class ProjectMemory:
+    """The agent's memory (``sessions_app.agent_memory.AgentMemory``) on this app's services:
+    what ``flow.Agent(memory=...)`` recalls, commits and keeps notes in."""
+
+    def recall(
+        self,
+        *,
+        project: Project,
+        scope: str,
+        agent: str,
+        session_id: Any,
+        query: str,
+        k: int,
+    ) -> Sequence[Any]:
+        return memory_recall(
+            project=project, scope=scope, agent=agent, session_id=session_id, query=query, k=k
+        )
+
+    def commit(self, *, session: SessionRow, provider: Provider, agent: str, scope: str) -> Any:
+        return memory_commit(session=session, provider=provider, agent=agent, scope=scope)
+
+    def remember_note(
+        self,
+        *,
+        project: Project,
+        agent: str,
+        content: str,
+        scope: str,
+        category: str,
+        session: SessionRow | None,
+    ) -> MemoryWriteResult:
+        return agent_remember(
+            project=project,
+            agent=agent,
+            content=content,
+            scope=scope,
+            category=category,
+            session=session,
+        )
+
+    def recall_notes(
+        self,
+        *,
+        project: Project,
+        agent: str,
+        query: str,
+        top_k: int,
+        target_uri: str | None,
+        session_id: Any,
+    ) -> MemoryFindResult:
+        return agent_recall(
+            project=project,
+            agent=agent,
+            query=query,
+            top_k=top_k,
+            target_uri=target_uri,
+            session_id=session_id,
+        )
+
+    def commit_notes(
+        self, *, session: SessionRow, provider: Provider, agent: str, scope: str
+    ) -> MemoryCommitResult:
+        return agent_commit(session=session, provider=provider, agent=agent, scope=scope)

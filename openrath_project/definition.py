@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from runs_app.authoring import EffectClass, RetryPolicy, router, step
 from runs_app.plan import Plan, PlanError, PlanNode, compile_workflow, declared_nodes
-from runs_app.workflow import Workflow, workflow_name
+from sessions_app.workflow import Workflow, workflow_name
 
 __all__ = [
     "CompiledPlan",

@@ -114,11 +114,10 @@ def sandbox_detail() -> dict[str, object]:
 def workers_detail() -> dict[str, object]:
     """Whether any worker can claim runs, and what says so (see the module docstring)."""
     from runs_app import heartbeats
-    from runs_app.worker import embedded_workers_alive, embedded_workers_wanted
 
-    wanted = embedded_workers_wanted()
+    wanted = heartbeats.embedded_workers_wanted()
     if wanted:
-        alive = embedded_workers_alive()
+        alive = heartbeats.embedded_workers_alive()
         return {"can_claim": alive > 0, "source": "embedded", "alive": alive, "expected": wanted}
     if not settings.REDIS_URL:
         return {

@@ -111,7 +111,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 def _migrate_if_needed(data_dir: Path) -> None:
     from django.core.management import call_command
 
-    from openrath_project.startup import unapplied_migrations
+    from openrath_project.tenancy.dbroles import unapplied_migrations
 
     if not unapplied_migrations():
         return

@@ -29,7 +29,8 @@ UNGATED_PATHS = frozenset({"/healthz", "/readyz"})
 
 def start_process_services() -> int:
     """Start this process's embedded worker threads when the profile runs them; how many."""
-    from runs_app.worker import embedded_workers_wanted, start_embedded_workers
+    from runs_app.heartbeats import embedded_workers_wanted
+    from runs_app.worker import start_embedded_workers
 
     wanted = embedded_workers_wanted()
     if not wanted:

@@ -15,7 +15,10 @@ Group messages (``type`` routes them to the consumer's handler):
 Layers: with Redis (production) the drain thread keeps its own event loop and any process can
 publish. The in-memory layer is not thread-safe and reaches only consumers in this process: the
 drain thread hands each ``group_send`` to the event loop the consumers run on (the last loop a
-consumer registered with :func:`note_consumer_loop`; one loop per process under uvicorn).
+consumer noted, :mod:`openrath_project.ws.consumer_loop`; one loop per process under uvicorn).
+
+This is the shell's adapter on the streaming port (:mod:`sessions_app.streaming`, which also
+names the groups); ASGI, Celery and ``run_worker`` install it with :func:`install_publisher`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +36,9 @@ from typing import Any
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
+from openrath_project.ws.consumer_loop import consumer_loop
 from sessions_app import streaming
+from sessions_app.streaming import run_group, session_group
 
 logger = logging.getLogger(__name__)
 
@@ -42,16 +46,6 @@ logger = logging.getLogger(__name__)
 DRAIN_BATCH = 500
 #: Longest one ``group_send`` may take before the hint is counted as dropped.
 SEND_TIMEOUT_SECONDS = 2.0
-
-
-def session_group(session_id: object) -> str:
-    """The channel group of a session's stream."""
-    return f"session.{session_id}"
-
-
-def run_group(run_id: object) -> str:
-    """The channel group of a run's stream."""
-    return f"run.{run_id}"
 
 
 @dataclass
@@ -119,9 +113,16 @@ class HintPublisher:
     """A ``streaming.subscribe`` listener with a bounded queue and one daemon drain thread.
 
     Fork-safe: a forked child (Celery prefork) starts its own queue and thread on first use.
+    ``consumer_loop`` says where the in-memory layer's consumers run (``None``: nowhere yet).
     """
 
-    def __init__(self, *, maxsize: int | None = None, layer_alias: str = "default") -> None:
+    def __init__(
+        self,
+        *,
+        maxsize: int | None = None,
+        layer_alias: str = "default",
+        consumer_loop: Callable[[], asyncio.AbstractEventLoop | None] = lambda: None,
+    ) -> None:
         configured: int = getattr(settings, "OPENRATH_WS_HINT_QUEUE", 10_000)
         self.maxsize = int(maxsize or configured)
         self.layer_alias = layer_alias
@@ -132,7 +133,7 @@ class HintPublisher:
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition()
         self._in_flight = 0
-        self._consumer_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._consumer_loop = consumer_loop
         self._last_error_log = 0.0
 
     # --- the writer's side: never blocks, never raises -------------------------------------
@@ -162,11 +163,6 @@ class HintPublisher:
                     target=self._drain_forever, name="openrath-hint-publisher", daemon=True
                 )
                 self._thread.start()
-
-    # --- in-memory layer: the loop its consumers live on ------------------------------------
-
-    def note_consumer_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._consumer_loop = weakref.ref(loop)
 
     # --- the drain thread ---------------------------------------------------------------------
 
@@ -217,7 +213,7 @@ class HintPublisher:
                 self.stats.sent += hint.weight
 
     def _send_in_consumer_loop(self, layer: InMemoryChannelLayer, hints: list[Hint]) -> None:
-        loop = self._consumer_loop() if self._consumer_loop is not None else None
+        loop = self._consumer_loop()
         if loop is None or loop.is_closed() or not loop.is_running():
             # No consumer of this process to reach (or its loop is gone).
             self.stats.dropped_error += sum(hint.weight for hint in hints)
@@ -266,16 +262,10 @@ def install_publisher(*, shared_layer_only: bool = False) -> HintPublisher | Non
         return None
     with _install_lock:
         if _publisher is None:
-            _publisher = HintPublisher()
+            _publisher = HintPublisher(consumer_loop=consumer_loop)
             _unsubscribe = streaming.subscribe(_publisher)
         return _publisher
 
 
 def installed_publisher() -> HintPublisher | None:
     return _publisher
-
-
-def note_consumer_loop() -> None:
-    """Called by consumers on connect: the in-memory layer must be used from their loop."""
-    if _publisher is not None:
-        _publisher.note_consumer_loop(asyncio.get_running_loop())

@@ -95,6 +95,8 @@ INSTALLED_APPS = [
     "runs_app",
     "effects_app",
     "memory_app",
+    # The shell: process commands (serve, quickstart, run_worker, ...); wires the ports at ready.
+    "openrath_project.server",
 ]
 
 MIDDLEWARE = [

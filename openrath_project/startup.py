@@ -22,20 +22,10 @@ import time
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
-from django.db.migrations.executor import MigrationExecutor
+
+from openrath_project.tenancy.dbroles import unapplied_migrations
 
 logger = logging.getLogger(__name__)
-
-
-def unapplied_migrations(alias: str = DEFAULT_DB_ALIAS) -> list[str]:
-    """``app.migration`` names that the database behind ``alias`` has not applied yet."""
-    connection = connections[alias]
-    executor = MigrationExecutor(connection)
-    targets = executor.loader.graph.leaf_nodes()
-    plan = executor.migration_plan(targets)
-    return [
-        f"{migration.app_label}.{migration.name}" for migration, backwards in plan if not backwards
-    ]
 
 
 class UnappliedMigrations(SystemExit):

@@ -14,7 +14,7 @@ from rest_framework.routers import SimpleRouter
 
 from effects_app.api.views import EffectViewSet
 from memory_app.api.views import MemoryViewSet
-from openrath_project import health, metrics
+from openrath_project import health, metrics_view
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
 from runs_app.api.views import InterruptViewSet, RunViewSet, WorkflowViewSet
@@ -40,7 +40,7 @@ api_v1 = [
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("metrics", metrics_view.metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),
     path(settings.ADMIN_PATH, admin.site.urls),
     path("console/", include("openrath_project.console.urls")),

@@ -26,7 +26,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 
 from runs_app.control import LeaseLost
+from runs_app.interrupts import interrupt_request
 from runs_app.models import Run
+from runs_app.step import StepRef
 from sessions_app import services as session_services
 from sessions_app.models import Chunk, Session
 
@@ -46,13 +48,11 @@ def _over(limit: Any, spent: Any) -> bool:
     return limit is not None and spent >= limit
 
 
-def budget_check(ctx: Any) -> None:
+def budget_check(ref: StepRef) -> None:
     """Interrupt for approval when a budget is exhausted; return otherwise."""
-    from runs_app.interrupts import interrupt_request
-
     # Held chunks count: what the step spent so far is written before it is summed.
-    session_services.flush_buffer(session_id=ctx.session.id)
-    run = Run.objects.only("id", "token_budget", "cost_budget_usd", "session_id").get(id=ctx.run_id)
+    session_services.flush_buffer(session_id=ref.session_id)
+    run = Run.objects.only("id", "token_budget", "cost_budget_usd", "session_id").get(id=ref.run_id)
     checks: list[tuple[str, str, Any, Any]] = []
     if run.token_budget is not None or run.cost_budget_usd is not None:
         tokens, cost = run_spent(run.id)
@@ -82,7 +82,7 @@ def budget_check(ctx: Any) -> None:
             "spent": str(spent),
         }
         interrupt_request(
-            ctx,
+            ref,
             kind="approval",
             request=request,
             timeout_seconds=None,
@@ -90,11 +90,11 @@ def budget_check(ctx: Any) -> None:
             title=f"Budget exceeded ({scope} {measure}): continue?",
             default=None,
             sequence=1,
-            step=f"{ctx.step}:budget:{scope}:{measure}:{spent}",
+            step=f"{ref.step}:budget:{scope}:{measure}:{spent}",
         )
         budget_grant(
             run_id=run.id,
-            token=ctx.fencing_token,
+            token=ref.fencing_token,
             scope=scope,
             measure=measure,
             amount=_grown(measure, limit, spent),

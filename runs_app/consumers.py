@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from openrath_project.publisher import run_group
 from openrath_project.tenancy.principal import Principal
 from openrath_project.ws.consumers import PAGE_SIZE, Batch, StreamConsumer, dumps
 from runs_app.api.serializers import RunEventOut
 from runs_app.models import Run
 from runs_app.selectors import event_page, run_get
+from sessions_app.streaming import run_group
 
 
 class RunStreamConsumer(StreamConsumer):
@@ -38,8 +38,12 @@ class RunStreamConsumer(StreamConsumer):
     def read_after(self, after: int) -> Batch:
         # The run row first: its status is the status as of event ``event_seq`` (both change in
         # one transaction), and the events are read up to exactly that one.
-        run = Run.objects.only("id", "status", "next_nodes", "error", "event_seq").get(
-            id=self.object.id
+        principal = self.principal
+        assert principal is not None, "read only after the connection was authorised"
+        run = (
+            Run.objects.for_principal(principal)
+            .only("id", "status", "next_nodes", "error", "event_seq")
+            .get(id=self.object.id)
         )
         page = event_page(run, after=after, limit=PAGE_SIZE)
         events = [event for event in page if event.seq <= run.event_seq]

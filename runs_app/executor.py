@@ -28,11 +28,13 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from effects_app.services import LedgerDecisions
+from effects_app.services import LedgerDecisions, effect_call
 from openrath_project import large_values
+from openrath_project.context import RunContext
 from openrath_project.errors import DomainError
 from openrath_project.jsonlog import log_context
 from openrath_project.metrics import observe_step
+from openrath_project.security import Principal, SecurityContext
 from runs_app import services
 from runs_app.budgets import budget_check
 from runs_app.control import (
@@ -43,6 +45,7 @@ from runs_app.control import (
     StepSuspended,
     StepTimeout,
 )
+from runs_app.interrupts import interrupt_request
 from runs_app.models import Run
 from runs_app.plan import (
     Plan,
@@ -55,6 +58,7 @@ from runs_app.plan import (
 )
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow, WorkflowRegistry
 from runs_app.state_delta import check_json_state
+from runs_app.step import StepRef
 from sessions_app import context as session_context
 from sessions_app import services as session_services
 from sessions_app.models import Session
@@ -239,10 +243,24 @@ class StepContext:
     worker: str
     fencing_token: int
     deadline: datetime | None
+    tenant_id: uuid.UUID
     #: The run's checkpoint when the step started (identifies this pass through the step).
     checkpoint_seq: int = 0
-    tenant_id: uuid.UUID | None = None
     _interrupt_calls: int = field(default=0, repr=False)
+
+    @property
+    def ref(self) -> StepRef:
+        """This pass through the step, as the ledgers that act for it (interrupts, effects,
+        decisions, budgets) see it."""
+        return StepRef(
+            run_id=self.run_id,
+            step=self.step,
+            checkpoint_seq=self.checkpoint_seq,
+            fencing_token=self.fencing_token,
+            tenant_id=self.tenant_id,
+            project_id=self.project.id,
+            session_id=self.session.id,
+        )
 
     @property
     def logger(self) -> logging.Logger:
@@ -266,11 +284,9 @@ class StepContext:
         decision (a rejection raises ``flow.InterruptRejected`` unless ``raise_on_reject`` is
         false). See docs/authoring.md.
         """
-        from runs_app.interrupts import interrupt_request
-
         self._interrupt_calls += 1
         return interrupt_request(
-            self,
+            self.ref,
             kind=kind,
             request=request,
             timeout_seconds=timeout_seconds,
@@ -285,9 +301,6 @@ class StepContext:
     def request(self) -> Any:
         """OpenRath's ``context.request``: the run's ``RunContext`` (security, deadline,
         project), rebuilt from the stored run, so it is the same in any worker process."""
-        from openrath_project.context import RunContext
-        from openrath_project.security import Principal, SecurityContext
-
         run = (
             Run.objects.select_related("tenant")
             .only("tenant__slug", "created_by")
@@ -306,9 +319,9 @@ class StepContext:
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` through the effect ledger, at most once per key: a
         recorded result is returned without calling ``fn`` again."""
-        from effects_app.services import effect_call
-
-        return effect_call(self, key=key, fn=fn, args=args, kwargs=kwargs, idempotent=idempotent)
+        return effect_call(
+            self.ref, key=key, fn=fn, args=args, kwargs=kwargs, idempotent=idempotent
+        )
 
 
 # --- Executing one claimed run -------------------------------------------------------------
@@ -541,6 +554,7 @@ def _execute(
             checkpoint_seq=checkpoint_seq,
             tenant_id=run.tenant_id,
         )
+        ref = ctx.ref
         watchdog.begin_step(node.timeout_seconds)
         try:
             try:
@@ -554,16 +568,16 @@ def _execute(
                         agent="",
                         fence=fence,
                         project=run.project,
-                        decisions=LedgerDecisions(ctx),
+                        decisions=LedgerDecisions(ref),
                         buffer=buffer,
                         effects=ctx.effect,
-                        budget=functools.partial(budget_check, ctx) if budgets else None,
+                        budget=functools.partial(budget_check, ref) if budgets else None,
                     ),
                     log_context(step=node_id),
                     observe_step(run.workflow),
                 ):
                     if budgets:
-                        budget_check(ctx)
+                        budget_check(ref)
                     result = _call(node, handlers[node_id], working_state, ctx)
                 _check_overrun(node, watchdog.step_started)
             finally:

@@ -5,13 +5,15 @@ pass (every ~5 s), and so does the Celery worker that executes beat's ``reconcil
 5 s): a Celery worker that consumes the queue. A heartbeat is a Redis key
 ``openrath:worker-heartbeat:<name>`` holding the time, which expires after
 ``HEARTBEAT_TTL_SECONDS``; without Redis (the embedded profile) nothing is recorded and
-``/readyz`` reports this process's embedded threads instead. Recording is best effort: a
-worker never waits for or fails because of Redis (runs finish while Redis is down).
+``/readyz`` reports this process's embedded threads instead (``runs_app.worker`` registers
+them here as it starts them). Recording is best effort: a worker never waits for or fails
+because of Redis (runs finish while Redis is down).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -68,3 +70,37 @@ def recent() -> dict[str, float]:
             continue
         seen[key.removeprefix(KEY_PREFIX)] = round(max(0.0, now - float(value)), 1)
     return seen
+
+
+# --- This process's embedded workers (what /readyz reports in the embedded profile) ---------
+
+_embedded: list[tuple[threading.Thread, threading.Event]] = []
+_embedded_lock = threading.Lock()
+
+
+def embedded_workers_wanted() -> int:
+    """How many embedded worker threads this profile runs in the web process (0: none)."""
+    if settings.OPENRATH_DISPATCH != "local":
+        return 0
+    return max(0, int(settings.OPENRATH_EMBEDDED_WORKERS))
+
+
+def embedded_worker_started(thread: threading.Thread, stopping: threading.Event) -> None:
+    """``runs_app.worker`` started an embedded worker in ``thread``; ``stopping`` is set when it
+    is told to stop."""
+    with _embedded_lock:
+        _embedded.append((thread, stopping))
+
+
+def embedded_workers_stopped() -> None:
+    """``runs_app.worker`` told this process's embedded workers to stop."""
+    with _embedded_lock:
+        _embedded.clear()
+
+
+def embedded_workers_alive() -> int:
+    """Embedded worker threads of this process that are running (and not told to stop)."""
+    with _embedded_lock:
+        return sum(
+            1 for thread, stopping in _embedded if thread.is_alive() and not stopping.is_set()
+        )

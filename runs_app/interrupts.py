@@ -29,6 +29,7 @@ from openrath_project.jsontext import digest
 from runs_app import services
 from runs_app.control import InterruptRejected, StepSuspended
 from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
+from runs_app.step import StepRef
 from runs_app.transitions import INTERRUPT, UNSET, Changes, Unset
 from sessions_app import services as session_services
 
@@ -102,7 +103,7 @@ def _decision_of(interrupt: Interrupt) -> Decision:
 
 
 def interrupt_request(
-    ctx: Any,
+    ref: StepRef,
     *,
     kind: Any,
     request: Any,
@@ -114,7 +115,8 @@ def interrupt_request(
     raise_on_reject: bool = True,
     step: str | None = None,
 ) -> Decision:
-    """The step-facing half: return the decision if there is one, else wait for it."""
+    """The step-facing half: return the decision if there is one, else wait for it (the run
+    moves to ``waiting`` under ``ref``'s lease and the step stops with ``StepSuspended``)."""
     kind_value = _kind(kind)
     try:
         payload = json.loads(json.dumps(request, allow_nan=False))
@@ -129,9 +131,9 @@ def interrupt_request(
         raise ValueError(f"default decision must be one of {', '.join(DECISIONS)}")
     if timeout_seconds is not None and timeout_seconds <= 0:
         raise ValueError("timeout_seconds must be greater than zero")
-    step_name = step or ctx.step
+    step_name = step or ref.step
     existing = Interrupt.objects.filter(
-        run_id=ctx.run_id, checkpoint_seq=ctx.checkpoint_seq, step=step_name, sequence=sequence
+        run_id=ref.run_id, checkpoint_seq=ref.checkpoint_seq, step=step_name, sequence=sequence
     ).first()
     if existing is not None and existing.status != "pending":
         decision = _decision_of(existing)
@@ -142,17 +144,17 @@ def interrupt_request(
         timezone.now() + timedelta(seconds=timeout_seconds) if timeout_seconds else None
     )
     # What the step wrote so far is kept (visible in lineage) before the run stops writing.
-    session_services.flush_buffer(session_id=ctx.session.id)
+    session_services.flush_buffer(session_id=ref.session_id)
     with transaction.atomic():
         if existing is None:
             try:
                 with transaction.atomic():
                     existing = Interrupt.objects.create(
-                        tenant_id=ctx.tenant_id,
-                        project_id=ctx.project.id,
-                        run_id=ctx.run_id,
+                        tenant_id=ref.tenant_id,
+                        project_id=ref.project_id,
+                        run_id=ref.run_id,
                         step=step_name,
-                        checkpoint_seq=ctx.checkpoint_seq,
+                        checkpoint_seq=ref.checkpoint_seq,
                         sequence=sequence,
                         kind=kind_value,
                         title=(title or _title(kind_value, payload))[:300],
@@ -164,17 +166,17 @@ def interrupt_request(
                     )
             except IntegrityError:
                 existing = Interrupt.objects.get(
-                    run_id=ctx.run_id,
-                    checkpoint_seq=ctx.checkpoint_seq,
+                    run_id=ref.run_id,
+                    checkpoint_seq=ref.checkpoint_seq,
                     step=step_name,
                     sequence=sequence,
                 )
         services.run_transition(
-            run_id=ctx.run_id,
+            run_id=ref.run_id,
             to="waiting",
             event="run.waiting",
-            step=ctx.step,
-            token=ctx.fencing_token,
+            step=ref.step,
+            token=ref.fencing_token,
             data={"interrupt": str(existing.id), "kind": existing.kind, "title": existing.title},
         )
     raise StepSuspended()

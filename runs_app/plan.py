@@ -73,7 +73,7 @@ from jsonschema.exceptions import SchemaError
 
 from openrath_project.errors import ValidationFailed
 from runs_app.authoring import EffectClass, NodeKind, NodeMeta, RetryPolicy, node_meta
-from runs_app.workflow import Workflow, workflow_name
+from sessions_app.workflow import Workflow, workflow_name
 
 __all__ = [
     "PLAN_FORMAT",
@@ -743,10 +743,12 @@ def bind_handlers(plan: Plan, workflow: object) -> dict[str, Callable[..., Any]]
     return handlers
 
 
-def call_handler(node: PlanNode, handler: Callable[..., Any], state: Any, ctx: Any) -> Any:
+def call_handler(node: PlanNode, handler: Callable[..., Any], state: Any, ctx: object) -> Any:
     """Call a bound handler the way its signature asks: ``(state, ctx)`` or ``(state)``.
 
-    Returns what the handler returns; for an async handler that is the coroutine to await.
+    ``ctx`` is handed to the handler as it is (the executor's ``StepContext``); the plan never
+    reads it. Returns what the handler returns; for an async handler that is the coroutine to
+    await.
     """
     if node.takes_ctx:
         return handler(state, ctx)

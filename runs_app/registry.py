@@ -2,10 +2,10 @@
 
 Discovery imports the modules it is given (the caller reads ``OPENRATH_WORKFLOW_MODULES``;
 this module never reads Django settings) and registers every subclass of
-:class:`~runs_app.workflow.Workflow` *defined in* one of those modules (``cls.__module__`` is
+:class:`~sessions_app.workflow.Workflow` *defined in* one of those modules (``cls.__module__`` is
 the listed module; classes merely imported there are not picked up, so shared base classes can
 live in a module that is not listed) that declares at least one ``@step`` / ``@router`` method.
-Each is compiled; the name is :func:`~runs_app.workflow.workflow_name` (``name`` or
+Each is compiled; the name is :func:`~sessions_app.workflow.workflow_name` (``name`` or
 ``"{module}.{qualname}"``).
 
 A discovery is all-or-nothing: an import failure, a workflow that does not compile or a
@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from openrath_project.errors import ValidationFailed
 from runs_app.plan import Plan, PlanError, compile_workflow, declared_nodes
-from runs_app.workflow import Workflow, workflow_name
+from sessions_app.workflow import Workflow, workflow_name
 
 __all__ = [
     "RegisteredWorkflow",

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from runs_app.workflow import AgentParam, Workflow
+from sessions_app.composition import Selector
+from sessions_app.workflow import AgentParam, Workflow
 
 __all__ = [
     "AgentResource",
@@ -87,9 +88,6 @@ def _join(prefix: str, name: str) -> str:
 
 
 def _is_selector(node: Workflow) -> bool:
-    # Imported here: sessions_app.composition imports runs_app.workflow.
-    from sessions_app.composition import Selector
-
     return isinstance(node, Selector)
 
 

@@ -7,7 +7,7 @@ import uuid
 
 from celery import shared_task
 
-from runs_app import dispatch, heartbeats, services
+from runs_app import dispatch, heartbeats, reconciler
 from runs_app.executor import run_one
 from runs_app.registration import workflows
 from runs_app.worker import worker_name
@@ -29,7 +29,7 @@ def reconcile() -> dict[str, int]:
     """Requeue expired leases, time out past deadlines, dispatch claimable runs."""
     # Beat sends this every 5 s: the Celery worker executing it is consuming the queue.
     heartbeats.record(worker_name("celery"))
-    result = services.reconcile()
+    result = reconciler.reconcile()
     return {
         "expired_leases": result.expired_leases,
         "timed_out": result.timed_out,

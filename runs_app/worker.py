@@ -25,7 +25,8 @@ import uuid
 
 from django.db import close_old_connections, connection
 
-from runs_app import dispatch, heartbeats, services
+from openrath_project.library import library_tenant_slug
+from runs_app import dispatch, heartbeats, reconciler
 from runs_app.executor import Outcome, run_one
 from runs_app.registration import workflows
 
@@ -73,7 +74,7 @@ class Worker:
         self._last_reconcile = now
         heartbeats.record(self.name)  # best effort; /readyz reports the recent ones
         try:
-            result = services.reconcile()
+            result = reconciler.reconcile()
             if result.expired_leases or result.timed_out or result.failed_crashes:
                 logger.info("reconciled: %s", result)
         except Exception:
@@ -116,34 +117,12 @@ class Worker:
 
 
 _embedded: list[Worker] = []
-_embedded_threads: list[threading.Thread] = []
 _embedded_lock = threading.Lock()
-
-
-def embedded_workers_wanted() -> int:
-    """How many embedded worker threads this profile runs in the web process (0: none)."""
-    from django.conf import settings
-
-    if settings.OPENRATH_DISPATCH != "local":
-        return 0
-    return max(0, int(settings.OPENRATH_EMBEDDED_WORKERS))
-
-
-def embedded_workers_alive() -> int:
-    """Embedded worker threads of this process that are running (and not told to stop)."""
-    with _embedded_lock:
-        return sum(
-            1
-            for worker, thread in zip(_embedded, _embedded_threads, strict=True)
-            if thread.is_alive() and not worker.stopping.is_set()
-        )
 
 
 def start_embedded_workers(count: int) -> list[Worker]:
     """Start the embedded profile's in-process worker threads (once per process). They do not
     claim the library tenant's runs: scripts execute those themselves."""
-    from openrath_project.library import library_tenant_slug
-
     with _embedded_lock:
         if _embedded:
             return list(_embedded)
@@ -159,7 +138,7 @@ def start_embedded_workers(count: int) -> list[Worker]:
             )
             thread.start()
             _embedded.append(worker)
-            _embedded_threads.append(thread)
+            heartbeats.embedded_worker_started(thread, worker.stopping)
         logger.info("started %d embedded worker thread(s)", len(_embedded))
         return list(_embedded)
 
@@ -169,4 +148,4 @@ def stop_embedded_workers() -> None:
         for worker in _embedded:
             worker.stop()
         _embedded.clear()
-        _embedded_threads.clear()
+        heartbeats.embedded_workers_stopped()

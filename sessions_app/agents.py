@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from openrath_project.jsontext import without_nul
-from runs_app.workflow import AgentParam, Workflow
 from sessions_app import context, streaming
+from sessions_app.agent_memory import MemoryEntry, installed_agent_memory
 from sessions_app.providers import make_provider
 from sessions_app.providers.base import (
     EventCallback,
@@ -53,6 +53,7 @@ from sessions_app.tools import (
 )
 from sessions_app.tools.builtin import ToolNameConflictError
 from sessions_app.value import Session, resolve_project
+from sessions_app.workflow import AgentParam, Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -92,33 +93,19 @@ class ChunkLike(Protocol):
     trust: str
 
 
-class MemoryEntry(Protocol):
-    """One recalled memory: an id (for traceability) and the text shown to the model."""
-
-    @property
-    def id(self) -> Any: ...
-
-    @property
-    def text(self) -> str: ...
-
-
 RecallFn = Callable[..., Sequence[MemoryEntry]]
 CommitFn = Callable[..., Any]
 ToolSpec = FlowToolCall | Callable[..., Any] | str
 
 
 def _memory_recall(**kwargs: Any) -> Sequence[MemoryEntry]:
-    # Imported when used: the memory app is optional for agents that do not remember.
-    from memory_app.services import memory_recall
-
-    result: Sequence[MemoryEntry] = memory_recall(**kwargs)
-    return result
+    # The installed memory (sessions_app.agent_memory) is looked up when used: an agent that
+    # does not remember needs none.
+    return installed_agent_memory().recall(**kwargs)
 
 
 def _memory_commit(**kwargs: Any) -> Any:
-    from memory_app.services import memory_commit
-
-    return memory_commit(**kwargs)
+    return installed_agent_memory().commit(**kwargs)
 
 
 def _slug(text: str) -> str:
@@ -680,7 +667,7 @@ class Agent(Workflow):
         lines = "\n".join(f"- {entry.text}" for entry in entries)
         return {"role": "user", "content": f"{MEMORY_HEADER}\n{lines}"}
 
-    # --- OpenRath's memory calls (memory_app.agent_memory) --------------------------------------
+    # --- OpenRath's memory calls (the installed sessions_app.agent_memory.AgentMemory) ---------
 
     def _memory_project(self, session: Any = None) -> Any:
         if self.memory is None or self._memory_closed:
@@ -701,10 +688,8 @@ class Agent(Workflow):
         """Store a note: ``scope`` ``user`` (the project's memory), ``agent`` (this agent's own)
         or ``session`` (give ``session=``). Returns ``.uri`` and ``.bytes_written``. Writes are
         synchronous, so ``wait`` changes nothing."""
-        from memory_app.agent_memory import agent_remember
-
         project = self._memory_project(session)
-        return agent_remember(
+        return installed_agent_memory().remember_note(
             project=project,
             agent=self._name,
             content=content,
@@ -718,10 +703,8 @@ class Agent(Workflow):
     ) -> Any:
         """The best ``top_k`` notes for ``query`` (``.hits``: ``.uri``, ``.score``,
         ``.snippet``), from the project's memory and this agent's own, or under ``target_uri``."""
-        from memory_app.agent_memory import agent_recall
-
         project = self._memory_project(session)
-        return agent_recall(
+        return installed_agent_memory().recall_notes(
             project=project,
             agent=self._name,
             query=query,
@@ -733,12 +716,10 @@ class Agent(Workflow):
     def commit_memory(self, session: Any, *, wait: bool = False, scope: str = "user") -> Any:
         """Extract facts from ``session`` with this agent's provider and store the new ones
         (``.extracted_count``). Synchronous, so ``wait`` changes nothing."""
-        from memory_app.agent_memory import agent_commit
-
         if not isinstance(session, Session):
             raise TypeError(f"commit_memory takes a flow.Session; got {type(session).__name__}")
         self._memory_project(session)
         with context.writing(agent=self._name):
-            return agent_commit(
+            return installed_agent_memory().commit_notes(
                 session=session.row, provider=self.provider, agent=self._name, scope=scope
             )

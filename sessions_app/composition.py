@@ -1,8 +1,9 @@
-"""Eager composition: workflow calls tagged with their path, and ``flow.Selector``.
+"""Eager composition: ``flow.Selector`` and ``flow.EmptyWorkflow``.
 
-``Workflow.__call__`` runs ``forward`` through :func:`workflow_call`, inside a write context
-whose ``workflow`` is the call path (``Outer/Research``): every session, lineage edge and chunk
-written inside says which (nested) workflow produced it.
+Calls themselves are tagged in :mod:`sessions_app.workflow`: ``Workflow.__call__`` runs
+``forward`` through ``workflow_call``, inside a write context whose ``workflow`` is the call path
+(``Outer/Research``), so every session, lineage edge and chunk written inside says which
+(nested) workflow produced it.
 
 ``flow.Selector`` asks a model to pick one of several workflows and records the decision as an
 ``event`` chunk, so a selection can be audited and replayed (from a recorded session, or from a
@@ -11,7 +12,7 @@ something that names no workflow, or an index off the menu, the selector returns
 ``flow.EmptyWorkflow`` (whose ``forward`` returns the session unchanged), as OpenRath 2.0 does:
 ``while not isinstance(chosen := selector.forward(s, a, b), flow.EmptyWorkflow)`` ends.
 
-This module is imported by ``runs_app.workflow``, which must stay free of Django (the
+This module is imported by ``runs_app.static_compile``, which must stay free of Django (the
 import-linter contract follows lazy imports too), so it imports no Django, directly or not:
 sessions are used through their methods (``append``, ``chunks``, ``id``).
 """
@@ -26,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runs_app.workflow import AgentParam, Workflow, workflow_name
 from sessions_app import context
 from sessions_app.providers.base import Provider, ProviderError
+from sessions_app.workflow import AgentParam, Workflow, route_name
 
 __all__ = [
     "DECISION_EVENT",
@@ -37,13 +38,8 @@ __all__ = [
     "Selector",
     "SelectorReplayError",
     "parse_selection",
-    "route_name",
-    "workflow_call",
-    "workflow_path",
 ]
 
-#: ``Session.workflow`` / ``LineageEdge.workflow`` hold at most this many characters.
-MAX_WORKFLOW_PATH = 300
 DECISION_EVENT = "selector.decision"
 DEFAULT_SELECT_INSTRUCTION = (
     "You route a conversation to the workflow best suited to handle it. "
@@ -59,46 +55,6 @@ class EmptyWorkflow(Workflow):
 
     def forward(self, session: Any) -> Any:
         return session
-
-
-# --- Workflow calls ----------------------------------------------------------------------------
-
-
-def route_name(target: Any) -> str:
-    """The short name of a workflow (its ``name`` attribute, else its class name), an agent
-    (``agent.name``) or a plain function (``__name__``)."""
-    own = getattr(target, "__dict__", {}).get("name")
-    if isinstance(own, str) and own.strip():  # agents, selectors: named per instance
-        return own
-    if isinstance(target, Workflow):
-        declared = getattr(type(target), "name", None)
-        return type(target).__name__ if declared is None else workflow_name(target)
-    name = getattr(target, "name", None)
-    if isinstance(name, str) and name.strip():
-        return name
-    function_name = getattr(target, "__name__", None)
-    if isinstance(function_name, str):
-        return function_name
-    return type(target).__name__
-
-
-def workflow_path(outer: str, name: str) -> str:
-    """``outer/name`` (``name`` at the top); a path longer than the column keeps its tail."""
-    path = f"{outer}/{name}" if outer else name
-    if len(path) > MAX_WORKFLOW_PATH:
-        path = "…" + path[-(MAX_WORKFLOW_PATH - 1) :]
-    return path
-
-
-def workflow_call(workflow: Workflow, session: Any) -> Any:
-    """Run ``workflow.forward(session)`` tagged with the workflow's call path.
-
-    The outer path comes from the write context, so nested calls give ``Outer/Inner``; the rest
-    of the context (agent, run, step, fence, decisions) is kept.
-    """
-    path = workflow_path(context.current().workflow, route_name(workflow))
-    with context.writing(workflow=path):
-        return workflow.forward(session)
 
 
 # --- Selector ---------------------------------------------------------------------------------

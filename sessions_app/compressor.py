@@ -10,7 +10,7 @@ OpenRath's argument order works too: ``Compressor("Summarize ...", provider, on_
 here a ``summary`` chunk (role ``user``), which agents send to the model as a user message.
 
 Kept apart from :mod:`sessions_app.composition` because it needs the services (Django), and
-composition must stay importable without Django (``runs_app.workflow`` imports it).
+composition must stay importable without Django (``runs_app.static_compile`` imports it).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from runs_app.workflow import AgentParam, Workflow
 from sessions_app import context
 from sessions_app.agents import ChunkLike, chunks_to_messages, tool_message_content
 from sessions_app.models import Chunk
@@ -27,6 +26,7 @@ from sessions_app.providers.base import EventCallback, ModelTurn, Provider, Prov
 from sessions_app.selectors import chunk_all
 from sessions_app.services import Branch, SummaryResult, session_compress
 from sessions_app.value import Session
+from sessions_app.workflow import AgentParam, Workflow
 
 __all__ = [
     "DEFAULT_COMPRESS_INSTRUCTION",

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from openrath_project.publisher import session_group
 from openrath_project.tenancy.principal import Principal
 from openrath_project.ws.consumers import PAGE_SIZE, Batch, StreamConsumer, dumps
 from sessions_app.api.serializers import ChunkOut
 from sessions_app.models import Session
 from sessions_app.selectors import chunk_page, session_get
+from sessions_app.streaming import session_group
 
 
 class SessionStreamConsumer(StreamConsumer):

@@ -3,6 +3,10 @@
 Services call :func:`chunks_committed` after commit and agents call :func:`token_delta` while a
 model generates. Listeners (the Channels publisher, tests) subscribe with :func:`subscribe`.
 Messages are hints: the database is the state, and a client can always re-read it.
+
+This is the port between the writers and the stream: the group names below are shared by the
+publisher that sends hints (``openrath_project.publisher``, installed by the entry points) and
+the consumers that receive them (``sessions_app.consumers``, ``runs_app.consumers``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,17 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[str, dict[str, Any]], None]
+
+
+def session_group(session_id: object) -> str:
+    """The channel group of a session's stream."""
+    return f"session.{session_id}"
+
+
+def run_group(run_id: object) -> str:
+    """The channel group of a run's stream."""
+    return f"run.{run_id}"
+
 
 _listeners: list[Listener] = []
 _lock = threading.Lock()

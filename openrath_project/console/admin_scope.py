@@ -101,12 +101,16 @@ def scope_to_tenants(queryset: QuerySet[M], request: HttpRequest, tenant_path: s
     return scoped.distinct() if tenant_path.startswith("runs__") else scoped
 
 
-def pretty_json(value: Any) -> SafeString:
-    """A JSON value as an indented, escaped ``<pre>`` (cut at :data:`MAX_JSON_CHARS`)."""
+def pretty_json(value: Any, *, limit: int | None = MAX_JSON_CHARS) -> SafeString:
+    """A JSON value as an indented, escaped ``<pre>``, cut at ``limit`` characters (``None``:
+    whole, in a scrolling box — for a request someone is about to decide on)."""
     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    if len(text) > MAX_JSON_CHARS:
-        text = text[:MAX_JSON_CHARS] + f"\n… cut: {len(text) - MAX_JSON_CHARS} more characters"
-    return format_html('<pre class="openrath-json" style="white-space:pre-wrap">{}</pre>', text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n… cut: {len(text) - limit} more characters"
+    style = "white-space:pre-wrap" if limit is not None else "white-space:pre-wrap;"
+    if limit is None:
+        style += "max-height:40em;overflow:auto"
+    return format_html('<pre class="openrath-json" style="{}">{}</pre>', style, text)
 
 
 #: List filters over these relations only offer values present in the scoped queryset.
@@ -479,7 +483,8 @@ def reason_action(
         "items": [
             {
                 "obj": obj,
-                "request": pretty_json(obj.request) if show_request else None,
+                # Whole: a decision is bound to the digest of all of it, so all of it is shown.
+                "request": pretty_json(obj.request, limit=None) if show_request else None,
                 "digest": obj.request_digest if show_request else "",
             }
             for obj in queryset[:200]

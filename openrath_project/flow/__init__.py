@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "router": "runs_app.authoring:router",
     "RetryPolicy": "runs_app.authoring:RetryPolicy",
     "EffectClass": "runs_app.authoring:EffectClass",
-    "Workflow": "runs_app.workflow:Workflow",
+    "Workflow": "sessions_app.workflow:Workflow",
     "InterruptRejected": "runs_app.control:InterruptRejected",
     "Decision": "runs_app.interrupts:Decision",
     "StepContext": "runs_app.executor:StepContext",
@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "SelectorReplayError": "sessions_app.composition:SelectorReplayError",
     "Compressor": "sessions_app.compressor:Compressor",
     "EmptyWorkflow": "sessions_app.composition:EmptyWorkflow",
-    "AgentParam": "runs_app.workflow:AgentParam",
+    "AgentParam": "sessions_app.workflow:AgentParam",
     "CompiledWorkflow": "runs_app.static_compile:CompiledWorkflow",
     "ResourceManifest": "runs_app.static_compile:ResourceManifest",
     # The durable runtime with OpenRath's names (openrath_project.runtime; docs: 'Durable runtime').

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runs_app.workflow import AgentParam
 from sessions_app.providers import ProviderFactory as Provider
+from sessions_app.workflow import AgentParam
 
 __all__ = ["AgentParam", "Provider"]

@@ -137,7 +137,7 @@ def reconcile_stale_effects(
     from django.utils import timezone
 
     from effects_app.models import EffectRecord
-    from runs_app import services
+    from runs_app import reconciler
     from runs_app.models import Run as RunRow
 
     moment = (now or timezone.now()) - timedelta(seconds=grace_seconds)
@@ -146,7 +146,7 @@ def reconcile_stale_effects(
             "id", flat=True
         )
     )
-    services.reconcile(now=moment)
+    reconciler.reconcile(now=moment)
     requeued = tuple(
         RunRow.objects.filter(id__in=expired).exclude(status="running").values_list("id", flat=True)
     )

@@ -3,7 +3,7 @@
 Every call goes through what the workers use: ``submit`` is ``runs_app.services.run_create``;
 ``work_once`` claims with ``services.lease_claim`` (fencing token, lease) and executes with
 ``runs_app.executor.execute_claim`` (checkpoints, watchdog, the effect ledger); leases and
-timers are the reconciler's (``services.reconcile``). Nothing here writes a run itself.
+timers are the reconciler's (``runs_app.reconciler.reconcile``). Nothing here writes a run itself.
 
 A runtime claims only runs of the workflows registered *on it*: a script sharing a database
 with a server never takes the server's runs (nor the other way round: the server's embedded
@@ -111,7 +111,7 @@ class LocalRuntime:
         return self.registry.register(workflow)
 
     def _entry(self, workflow: Any) -> Any:
-        from runs_app.workflow import workflow_name
+        from sessions_app.workflow import workflow_name
 
         if isinstance(workflow, str):
             return self.registry.get(workflow)
@@ -228,7 +228,7 @@ class LocalRuntime:
         """Drive one run until it ends or waits for a person (an interrupt, a review),
         sleeping through its durable timers (retry back-off) and requeueing an expired lease;
         ``TimeoutError`` after ``timeout`` seconds."""
-        from runs_app import services
+        from runs_app import reconciler, services
         from runs_app.executor import execute_claim
 
         worker = worker_id or f"local:{uuid.uuid4().hex[:8]}"
@@ -246,7 +246,7 @@ class LocalRuntime:
             if claim is not None:
                 execute_claim(claim, registry=self.registry)
                 continue
-            services.reconcile()  # an expired lease is requeued, a passed deadline ends it
+            reconciler.reconcile()  # an expired lease is requeued, a passed deadline ends it
             time.sleep(poll_seconds)
 
     # -- maintenance --------------------------------------------------------------------------

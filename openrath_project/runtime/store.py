@@ -466,10 +466,10 @@ class RunStore:
 
     def requeue_expired_leases(self, *, now: datetime | None = None) -> tuple[uuid.UUID, ...]:
         """Requeue runs whose lease expired before ``now`` (the reconciler,
-        ``runs_app.services.reconcile``); returns their ids."""
+        ``runs_app.reconciler.reconcile``); returns their ids."""
         from django.utils import timezone
 
-        from runs_app import services
+        from runs_app import reconciler
         from runs_app.models import Run as RunRow
 
         moment = now or timezone.now()
@@ -478,7 +478,7 @@ class RunStore:
                 "id", "fencing_token"
             )
         )
-        services.reconcile(now=moment)
+        reconciler.reconcile(now=moment)
         moved = RunRow.objects.filter(id__in=list(expired)).exclude(status="running")
         return tuple(sorted(moved.values_list("id", flat=True), key=str))
 

@@ -3,18 +3,32 @@
 ``openrath-migrate`` runs :func:`grant_runtime_role` after every migration, so new tables are
 covered. Append-only tables (models with ``append_only_for_runtime = True``) get no UPDATE,
 DELETE or TRUNCATE; ``django_migrations`` is read-only for the runtime.
+
+:func:`unapplied_migrations` says what a database still lacks: ``openrath-migrate --check``, the
+start-up guards (``openrath_project.startup``) and a script's first use
+(``openrath_project.library``) ask it.
 """
 
 from __future__ import annotations
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
 
 
 def migration_alias() -> str:
     """The owner connection when configured (``MIGRATION_DATABASE_URL``), else ``default``."""
     return "migrations" if "migrations" in settings.DATABASES else "default"
+
+
+def unapplied_migrations(alias: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """``app.migration`` names that the database behind ``alias`` has not applied yet."""
+    executor = MigrationExecutor(connections[alias])
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return [
+        f"{migration.app_label}.{migration.name}" for migration, backwards in plan if not backwards
+    ]
 
 
 def append_only_tables() -> list[str]:

@@ -26,11 +26,12 @@ from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from openrath_project import metrics, publisher
+from openrath_project import metrics
 from openrath_project.errors import NotFound, error_body
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.services import audit_record
 from openrath_project.ws.auth import IDENTITY_SCOPE_KEY, SUBPROTOCOL, Identity, reidentify
+from openrath_project.ws.consumer_loop import note_consumer_loop
 from openrath_project.ws.db import db_call
 from openrath_project.ws.limits import limiter, max_per_principal
 from openrath_project.ws.reads import shared_reads
@@ -147,7 +148,7 @@ class StreamConsumer(AsyncWebsocketConsumer):
         except Refused as refusal:
             await self._refuse(refusal, object_id)
             return
-        publisher.note_consumer_loop()
+        note_consumer_loop()  # the in-memory layer's hints are sent on this loop
         offered = self.scope.get("subprotocols") or ()
         await self.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         metrics.ws_connected(self.stream)

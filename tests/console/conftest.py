@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from effects_app.models import EffectRecord
 from openrath_project.tenancy.models import Project, Tenant
-from runs_app import registration
+from runs_app import reconciler, registration
 from runs_app import services as run_services
 from runs_app.models import Interrupt, Run
 from runs_app.registry import WorkflowRegistry
@@ -89,7 +89,7 @@ def needs_review(transactional_db, registry, project) -> Callable[..., tuple[Run
         with pytest.raises(KeyboardInterrupt):
             drive(registry, run.id)
         Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-        run_services.reconcile()
+        reconciler.reconcile()
         run = drive(registry, run.id)
         assert run.status == "needs_review"
         return run, EffectRecord.objects.get(run=run)

@@ -621,3 +621,15 @@ def test_admin_writes_are_audited_under_the_tenant(
         assert (row.action, row.object_id) in actions
     theirs = client_for(make_token(["audit:read"], tenant=other_tenant)).get("/api/v1/audit/")
     assert [e["action"] for e in theirs.json()["results"]] == []
+
+
+def test_the_decision_page_shows_a_large_request_whole(superuser_client, needs_review):
+    """The digest covers the whole request, so the page the decision is made on shows all of it
+    (the change page may cut a long payload; the decision page never does)."""
+    run, effect = needs_review()
+    big = {"body": "x" * 60_000, "end": "the last words"}
+    EffectRecord.objects.filter(id=effect.id).update(request=big)
+    page = _action(superuser_client, "effects_app/effectrecord", "mark_not_applied", [effect.id])
+    text = page.content.decode()
+    assert "the last words" in text
+    assert "more characters" not in text

@@ -33,6 +33,7 @@ from openrath_project.tenancy.models import (
     Tenant,
 )
 from openrath_project.tenancy.services import audit_record, token_create, token_revoke
+from runs_app import reconciler
 from runs_app import services as run_services
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Checkpoint, Interrupt, Run, RunEvent, WorkflowPlan
@@ -177,7 +178,7 @@ def build_world(
     Run.objects.filter(id=review_run.id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    run_services.reconcile()
+    reconciler.reconcile()
     review_run = drive(registry, review_run.id)
     assert review_run.status == "needs_review", review_run.error
     effect = EffectRecord.objects.get(run=review_run)

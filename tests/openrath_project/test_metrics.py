@@ -15,8 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from effects_app.models import EffectRecord
-from openrath_project import metrics
-from runs_app import registration, services
+from openrath_project import metrics, metrics_view
+from runs_app import reconciler, registration, services
 from runs_app.models import Interrupt, Run
 from runs_app.registry import WorkflowRegistry
 from runs_app.transitions import STATUSES
@@ -138,7 +138,7 @@ def test_the_database_gauges_are_one_grouped_query_and_two_counts(
     client, django_assert_max_num_queries
 ):
     with django_assert_max_num_queries(3):
-        metrics.database_gauges()
+        metrics_view.database_gauges()
 
 
 @pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_a_database_failure_does_not_fail_the_scrape(client, monkeypatch):
     def broken() -> dict:
         raise RuntimeError("database away")
 
-    monkeypatch.setattr(metrics, "database_gauges", broken)
+    monkeypatch.setattr(metrics_view, "database_gauges", broken)
     parsed = scrape(client)
     assert parsed["openrath_metrics_database_ok"] == {(): 0.0}
     assert "openrath_runs" not in parsed
@@ -210,7 +210,7 @@ def test_lease_expiries_are_counted(observed_registry, project):
     assert claim is not None
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     before = sample("openrath_lease_expiries_total", action="requeued")
-    result = services.reconcile()
+    result = reconciler.reconcile()
     assert result.expired_leases == 1
     assert sample("openrath_lease_expiries_total", action="requeued") == before + 1
     assert Run.objects.get(id=run.id).status == "queued"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from openrath_project.tenancy.management.commands.openapi import DEFAULT_PATH, render_schema
+from openrath_project.server.management.commands.openapi import DEFAULT_PATH, render_schema
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from effects_app.models import EffectRecord
 from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import ApiToken
 from openrath_project.tenancy.services import token_revoke
-from runs_app import services
+from runs_app import reconciler, services
 from runs_app.models import Interrupt, Run, RunEvent
 from tests.runs_app.conftest import drive
 from tests.runs_app.workflows import durable
@@ -53,7 +53,7 @@ def world(registry, project):
     with pytest.raises(KeyboardInterrupt):
         drive(registry, review.id)
     Run.objects.filter(id=review.id).update(lease_expires_at=timezone.now() - timedelta(1))
-    services.reconcile()
+    reconciler.reconcile()
     drive(registry, review.id)
     assert Run.objects.get(id=review.id).status == "needs_review"
     return {

@@ -16,7 +16,7 @@ from runs_app.authoring import (
     router,
     step,
 )
-from runs_app.workflow import Workflow, workflow_name
+from sessions_app.workflow import Workflow, workflow_name
 from tests.runs_app.workflows import openrath_style
 
 # -- EffectClass ------------------------------------------------------------------------------

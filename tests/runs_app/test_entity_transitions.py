@@ -19,7 +19,7 @@ from django.utils import timezone
 from effects_app.models import EffectRecord
 from effects_app.services import EffectChanges, derive_idempotency_key, effect_resolve
 from openrath_project.errors import Conflict, IllegalTransition
-from runs_app import services
+from runs_app import reconciler, services
 from runs_app.budgets import budget_grant
 from runs_app.control import LeaseLost
 from runs_app.interrupts import InterruptChanges, interrupt_resolve, interrupts_expire
@@ -60,7 +60,7 @@ def _claimed(registry, project, name="linear", **kwargs):
 def _lease_moved(run, claim):
     """Expire ``claim``'s lease, let the reconciler requeue the run, and claim it again."""
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.reconcile().expired_leases == 1
+    assert reconciler.reconcile().expired_leases == 1
     again = services.lease_claim(worker="w2", run_id=run.id)
     assert again is not None
     assert again.token > claim.token

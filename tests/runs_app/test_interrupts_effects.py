@@ -10,7 +10,7 @@ from django.utils import timezone
 from effects_app.models import EffectRecord
 from effects_app.services import effect_resolve
 from openrath_project.errors import Conflict, ValidationFailed
-from runs_app import services
+from runs_app import reconciler, services
 from runs_app.interrupts import interrupt_resolve, interrupts_expire
 from runs_app.models import Interrupt, Run, RunEvent
 from tests.runs_app.conftest import drive
@@ -120,7 +120,7 @@ def test_non_idempotent_effect_after_a_crash_needs_review(registry, project):
     effect = EffectRecord.objects.get(run=run)
     assert effect.status == "started"
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.reconcile().expired_leases == 1
+    assert reconciler.reconcile().expired_leases == 1
     review = drive(registry, run.id)
     assert review.status == "needs_review"
     effect.refresh_from_db()
@@ -150,7 +150,7 @@ def test_applied_resolution_continues_without_calling(registry, project):
     with pytest.raises(KeyboardInterrupt):
         drive(registry, run.id)
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    services.reconcile()
+    reconciler.reconcile()
     drive(registry, run.id)
     effect = EffectRecord.objects.get(run=run)
     effect_resolve(
@@ -173,7 +173,7 @@ def test_idempotent_effect_is_retried_with_the_same_key(registry, project):
     with pytest.raises(KeyboardInterrupt):
         drive(registry, run.id)
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    services.reconcile()
+    reconciler.reconcile()
     done = drive(registry, run.id)
     assert done.status == "succeeded"
     assert durable.PUBLISHED == ["Q3", "Q3"]
@@ -189,7 +189,7 @@ def test_cancel_run_resolution(registry, project):
     with pytest.raises(KeyboardInterrupt):
         drive(registry, run.id)
     Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    services.reconcile()
+    reconciler.reconcile()
     drive(registry, run.id)
     effect = EffectRecord.objects.get(run=run)
     effect_resolve(effect=effect, outcome="cancel_run", request_digest=effect.request_digest)

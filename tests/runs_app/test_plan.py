@@ -30,7 +30,7 @@ from runs_app.plan import (
     declared_nodes,
     source_hash,
 )
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 from tests.runs_app import TempModules
 from tests.runs_app.workflows import fanout, openrath_style
 from tests.support import REPO
@@ -304,7 +304,7 @@ def test_hash_does_not_depend_on_declaration_order():
 
 DEMO = """\
 from runs_app.authoring import RetryPolicy, router, step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 LIMIT = 3
 
@@ -367,7 +367,7 @@ def test_hash_ignores_code_outside_the_handlers(tmp_path):
 
 GENERATED = """\
 from runs_app.authoring import step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 
 class Generated(Workflow):

@@ -20,7 +20,7 @@ from runs_app.registry import (
     get,
     register,
 )
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 from tests.runs_app import TempModules
 from tests.runs_app.workflows import fanout, openrath_style
 
@@ -39,7 +39,7 @@ def registry():
 
 FLOWS_A = """
 from runs_app.authoring import router, step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 from tests.runs_app.workflows.openrath_style import OrderPipeline  # imported: not registered
 
 
@@ -81,7 +81,7 @@ def helper():
 
 FLOWS_B = """
 from runs_app.authoring import step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 
 class AlphaAgain(Workflow):
@@ -94,7 +94,7 @@ class AlphaAgain(Workflow):
 
 FLOWS_C = """
 from runs_app.authoring import step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 
 class Gamma(Workflow):
@@ -207,7 +207,7 @@ def test_workflow_that_does_not_compile_is_named(modules, registry):
         "reg_flows.bad",
         """
         from runs_app.authoring import step
-        from runs_app.workflow import Workflow
+        from sessions_app.workflow import Workflow
 
 
         class NoEntry(Workflow):

@@ -2,9 +2,10 @@
 the same rows.
 
 The same workflows run once down each path on the same PostgreSQL database (the fallback forced
-by the one switch that picks a path, ``services._composed_sql``); every row they leave in the
-run, checkpoint, event, session and chunk tables is compared, with ids, times and worker names
-taken out. On SQLite only the fallback exists, and the rest of the suite runs it there.
+by the one switch that picks a path, ``runs_app.services.composed.composed_sql``); every row
+they leave in the run, checkpoint, event, session and chunk tables is compared, with ids, times
+and worker names taken out. On SQLite only the fallback exists, and the rest of the suite runs it
+there.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.db.models import Q
 
 from runs_app import services
 from runs_app.models import Checkpoint, Run, RunEvent
+from runs_app.services import composed as composed_path
 from sessions_app.models import Chunk, LineageEdge, Session
 from tests.runs_app.conftest import drive
 from tests.runs_app.workflows import durable
@@ -178,7 +180,7 @@ def _run(registry, project, name: str, state: dict[str, Any]) -> dict[str, Any]:
 def test_both_paths_write_the_same_rows(registry, project, monkeypatch, name, state):
     require_postgres()
     composed = _run(registry, project, name, state)
-    monkeypatch.setattr(services, "_composed_sql", lambda: False)
+    monkeypatch.setattr(composed_path, "composed_sql", lambda: False)
     portable = _run(registry, project, name, state)
 
     assert composed["runs"][0]["status"] == "succeeded", composed["runs"][0]
@@ -194,7 +196,7 @@ def test_the_database_vendor_alone_picks_the_path(registry, project):
 
     run, _ = services.run_create(project=project, workflow=registry.get("linear"), state={})
     with transaction.atomic():
-        assert services._composed_sql()
+        assert composed_path.composed_sql()
         claim = services.lease_claim(worker="w", run_id=run.id)
         assert claim is not None
         assert claim.session_length == 0
@@ -218,7 +220,7 @@ def test_a_commit_past_the_usage_domain_is_refused_the_same_way(
     if composed:
         require_postgres()
     else:
-        monkeypatch.setattr(services, "_composed_sql", lambda: False)
+        monkeypatch.setattr(composed_path, "composed_sql", lambda: False)
     from openrath_project.errors import ValidationFailed
     from sessions_app.chunk_rules import MAX_SESSION_TOKENS, make_draft
 

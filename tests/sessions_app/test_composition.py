@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from runs_app.workflow import Workflow
 from sessions_app import context, services
 from sessions_app.agents import Agent
 from sessions_app.composition import (
@@ -21,7 +20,6 @@ from sessions_app.composition import (
     Selector,
     SelectorReplayError,
     parse_selection,
-    workflow_path,
 )
 from sessions_app.compressor import (
     DEFAULT_COMPRESS_INSTRUCTION,
@@ -34,6 +32,7 @@ from sessions_app.models import Session as SessionRow
 from sessions_app.providers import DeltaCallback, ModelTurn, Provider, make_provider
 from sessions_app.summaries import default_summarizer
 from sessions_app.value import Session
+from sessions_app.workflow import Workflow, workflow_path
 
 SCRIPTED = {"model": "scripted-1", "provider": "scripted"}
 

@@ -12,9 +12,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from openrath_project.publisher import session_group
 from sessions_app import services, streaming
 from sessions_app.models import Session
+from sessions_app.streaming import session_group
 from tests.sessions_app.conftest import msg
 from tests.streaming.conftest import (
     append_texts,

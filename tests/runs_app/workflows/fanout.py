@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runs_app.authoring import EffectClass, router, step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 
 class ResearchFanOut(Workflow):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from runs_app.authoring import EffectClass, RetryPolicy, router, step
-from runs_app.workflow import Workflow
+from sessions_app.workflow import Workflow
 
 FLAKY_CALLS = {"n": 0}
 

@@ -1,8 +1,11 @@
-"""The ``Workflow`` base class users subclass (``flow.Workflow``), and workflow identity.
+"""The ``Workflow`` base class users subclass (``flow.Workflow``), workflow identity, and the
+call path every eager workflow call is tagged with.
 
 Like ``torch.nn.Module`` (and OpenRath's ``rath.flow.Workflow``), a workflow remembers the child
 workflows assigned to its attributes. Durable workflows declare ``@step`` / ``@router`` methods
 and are compiled by :func:`runs_app.plan.compile_workflow`; eager ones implement ``forward``.
+Agents, selectors and compressors (this app) are workflows too, so the base class lives here,
+below the runs app.
 
 Differences from OpenRath 2.0, on purpose:
 
@@ -16,6 +19,11 @@ Differences from OpenRath 2.0, on purpose:
 are remembered too, so ``compile()`` (``runs_app.static_compile``) can list every provider a
 workflow can reach before it runs.
 
+``compile()``, ``compile_plan()`` and ``inspect_resources()`` are OpenRath's methods, but what
+they call lives above this module (the runs app's static pass, ``openrath_project.definition``):
+they go through the :class:`Compiler` port, which the shell installs when Django starts
+(``openrath_project.server.apps``; ``from openrath_project import flow`` starts Django).
+
 Pure Python: no Django import.
 """
 
@@ -23,9 +31,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-__all__ = ["AgentParam", "Workflow", "workflow_name"]
+from sessions_app import context
+
+__all__ = [
+    "MAX_WORKFLOW_PATH",
+    "AgentParam",
+    "Compiler",
+    "Workflow",
+    "install_compiler",
+    "installed_compiler",
+    "route_name",
+    "workflow_call",
+    "workflow_name",
+    "workflow_path",
+]
+
+#: ``Session.workflow`` / ``LineageEdge.workflow`` hold at most this many characters.
+MAX_WORKFLOW_PATH = 300
 
 
 def _indented(body: str) -> str:
@@ -150,21 +174,15 @@ class Workflow:
         """OpenRath's static pass: a ``CompiledWorkflow`` (callable like this workflow) with the
         resource manifest of every reachable agent and the dynamic (``Selector``) nodes, and
         ``validate()``. Runs no model and reads or writes no session."""
-        from runs_app.static_compile import CompiledWorkflow
-
-        return CompiledWorkflow(self)
+        return installed_compiler("compile").compile(self)
 
     def compile_plan(self, *, revision_id: Any = None) -> Any:
         """OpenRath's durable plan of this workflow (``openrath_project.definition``)."""
-        from openrath_project.definition import compile_plan
-
-        return compile_plan(self, revision_id=revision_id)
+        return installed_compiler("compile_plan").compile_plan(self, revision_id=revision_id)
 
     def inspect_resources(self) -> Any:
         """The resource manifest alone (``compile().manifest``)."""
-        from runs_app.static_compile import collect_manifest
-
-        return collect_manifest(self)
+        return installed_compiler("inspect_resources").inspect_resources(self)
 
     def named_children(self) -> tuple[tuple[str, Workflow], ...]:
         """``(attribute, child)`` for every child workflow, in assignment order."""
@@ -193,9 +211,6 @@ class Workflow:
     def __call__(self, session: Any) -> Any:
         """Run ``forward`` tagged with this workflow's call path (``Outer/Inner``): the
         sessions, edges and chunks written inside record which workflow produced them."""
-        # Imported here: sessions_app.composition imports this module. Both stay free of Django.
-        from sessions_app.composition import workflow_call
-
         return workflow_call(self, session)
 
     def __repr__(self) -> str:
@@ -229,3 +244,79 @@ def workflow_name(workflow: type | object) -> str:
             f"whitespace: {declared!r}"
         )
     return declared
+
+
+# --- Workflow calls ----------------------------------------------------------------------------
+
+
+def route_name(target: Any) -> str:
+    """The short name of a workflow (its ``name`` attribute, else its class name), an agent
+    (``agent.name``) or a plain function (``__name__``)."""
+    own = getattr(target, "__dict__", {}).get("name")
+    if isinstance(own, str) and own.strip():  # agents, selectors: named per instance
+        return own
+    if isinstance(target, Workflow):
+        declared = getattr(type(target), "name", None)
+        return type(target).__name__ if declared is None else workflow_name(target)
+    name = getattr(target, "name", None)
+    if isinstance(name, str) and name.strip():
+        return name
+    function_name = getattr(target, "__name__", None)
+    if isinstance(function_name, str):
+        return function_name
+    return type(target).__name__
+
+
+def workflow_path(outer: str, name: str) -> str:
+    """``outer/name`` (``name`` at the top); a path longer than the column keeps its tail."""
+    path = f"{outer}/{name}" if outer else name
+    if len(path) > MAX_WORKFLOW_PATH:
+        path = "…" + path[-(MAX_WORKFLOW_PATH - 1) :]
+    return path
+
+
+def workflow_call(workflow: Workflow, session: Any) -> Any:
+    """Run ``workflow.forward(session)`` tagged with the workflow's call path.
+
+    The outer path comes from the write context, so nested calls give ``Outer/Inner``; the rest
+    of the context (agent, run, step, fence, decisions) is kept.
+    """
+    path = workflow_path(context.current().workflow, route_name(workflow))
+    with context.writing(workflow=path):
+        return workflow.forward(session)
+
+
+# --- The compiler port ---------------------------------------------------------------------------
+
+
+class Compiler(Protocol):
+    """What ``Workflow.compile()``, ``compile_plan()`` and ``inspect_resources()`` call: the
+    runs app's static pass and OpenRath's plan compiler, both above this module. The shell
+    installs one when Django starts (``openrath_project.server.apps``)."""
+
+    def compile(self, workflow: Workflow) -> Any: ...
+
+    def compile_plan(self, workflow: Workflow, *, revision_id: Any) -> Any: ...
+
+    def inspect_resources(self, workflow: Workflow) -> Any: ...
+
+
+_compiler: Compiler | None = None
+
+
+def install_compiler(compiler: Compiler) -> None:
+    """Make ``compiler`` the one every workflow's ``compile()`` family calls (replaces any)."""
+    global _compiler
+    _compiler = compiler
+
+
+def installed_compiler(operation: str) -> Compiler:
+    """The installed compiler; a ``RuntimeError`` saying how to get one when there is none."""
+    if _compiler is None:
+        raise RuntimeError(
+            f"Workflow.{operation}() needs the workflow compiler, which is installed when "
+            "Django starts (the openrath_project.server app): use workflows through "
+            "`from openrath_project import flow` (its first use starts Django), or call "
+            "django.setup() first"
+        )
+    return _compiler

@@ -6,8 +6,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from openrath_project.startup import unapplied_migrations
-from openrath_project.tenancy.dbroles import grant_runtime_role, migration_alias
+from openrath_project.tenancy.dbroles import (
+    grant_runtime_role,
+    migration_alias,
+    unapplied_migrations,
+)
 
 
 class Command(BaseCommand):
