@@ -11,6 +11,11 @@ In the same run it measures a floor: raw psycopg ``INSERT`` of a step's delta + 
   (``manage.py run_worker``): durable steps/s. Target: 2 workers >= 1.6x one.
 * W3: one workflow of 200 steps each appending a 500-byte chunk: WAL bytes written per step,
   steps 1-10 vs 191-200 (medians: the WAL position is cluster-wide). Target: ratio <= 1.2.
+* W3m (issue 20): the peer-shaped workload, one workflow of 200 (then 2,000) steps each doing
+  ``state["messages"] = state["messages"] + [a 500-byte message]`` (messages in the state, no
+  session chunk): checkpoint table bytes (with TOAST and indexes) / logical bytes (the messages'
+  JSON), and step time, median of the last ten / the first ten. Targets: <= 3 and <= 1.2.
+  ``--messages-only`` runs just this workload.
 """
 
 from __future__ import annotations
@@ -41,11 +46,12 @@ from benchmarks._common import (  # noqa: E402
 
 STEPS = 20
 W3_STEPS = 200
+W3M_STEPS = (200, 2000)
 W2_ROUNDS = 5  # alternated batch pairs; the ratio's spread over 3 pairs was 1.54-1.75
 
 
 def workflow_module(directory: Path) -> str:
-    """Write the benchmark workflows as a module (20 and 200 distinct steps)."""
+    """Write the benchmark workflows as a module (20, 200 and W3m's distinct steps)."""
 
     def steps(name: str, count: int, size: int) -> str:
         body = []
@@ -66,8 +72,123 @@ def workflow_module(directory: Path) -> str:
     source = "from openrath_project import flow\n\n"
     source += 'PAYLOAD_200 = "x" * 200\nPAYLOAD_500 = "y" * 500\n'
     source += steps("bench20", STEPS, 200) + steps("bench200", W3_STEPS, 500)
+    source += MESSAGE_HELPER + "".join(messages_steps(count) for count in W3M_STEPS)
     (directory / "bench_workflows.py").write_text(source)
     return "bench_workflows"
+
+
+MESSAGE_BYTES = 500
+MESSAGE_HELPER = textwrap.dedent(f"""
+
+    import hashlib
+
+
+    def message(i):
+        # Distinct hex content (barely compressible): no help from TOAST compression.
+        text, seed = f"m{{i}}:", str(i)
+        while len(text) < {MESSAGE_BYTES - 33}:
+            seed = hashlib.sha256(seed.encode()).hexdigest()
+            text += seed
+        return {{"role": "assistant", "content": text[:{MESSAGE_BYTES - 33}]}}
+""")
+
+
+def messages_steps(count: int) -> str:
+    """A workflow ``benchmessages<count>`` of ``count`` steps, each appending a distinct
+    500-byte message (canonical JSON) to ``state["messages"]``, as peers' workflows do."""
+    body = []
+    for i in range(1, count + 1):
+        successors = f'("m{i + 1}",)' if i < count else "()"
+        entry = "entry=True, " if i == 1 else ""
+        body.append(
+            textwrap.dedent(f"""
+            @flow.step({entry}successors={successors}, effects="none")
+            def m{i}(self, state, ctx):
+                state["messages"] = state["messages"] + [message({i})]
+                return state
+        """)
+        )
+    methods = textwrap.indent("".join(body), "    ")
+    name = f"benchmessages{count}"
+    return f"\n\nclass BenchMessages{count}(flow.Workflow):\n    name = {name!r}\n{methods}"
+
+
+def messages_workload(project, registry, count: int) -> dict[str, float]:
+    """Run ``benchmessages<count>`` alone; its checkpoint-table and artifact-store growth
+    against the logical bytes, and its step times (intervals between checkpoints)."""
+    from django.conf import settings
+    from django.db import connection
+
+    from openrath_project import large_values
+    from openrath_project.jsontext import canonical
+    from runs_app import services
+    from runs_app.executor import run_one
+    from runs_app.models import Checkpoint
+
+    location = settings.STORAGES["default"].get("OPTIONS", {}).get("location")
+
+    def sizes() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_total_relation_size(%s)", [Checkpoint._meta.db_table])
+            table = int(cursor.fetchone()[0])
+        if not location:  # not a local directory (S3): not measured
+            return table, -1
+        return table, sum(f.stat().st_size for f in Path(location).rglob("*") if f.is_file())
+
+    table_before, artifacts_before = sizes()
+    run = services.run_create(
+        project=project, workflow=registry.get(f"benchmessages{count}"), state={"messages": []}
+    )[0]
+    started = time.perf_counter()
+    while run_one("bench-w3m", registry=registry) is not None:
+        pass
+    elapsed = time.perf_counter() - started
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.status
+    table_after, artifacts_after = sizes()
+    # The state as steps see it: large values read back from the artifact store.
+    messages = large_values.hydrate(run.tenant_id, services.run_state_at(run))["messages"]
+    assert len(messages) == count
+    logical = sum(len(canonical(m).encode()) for m in messages)
+    intervals = step_latencies([run.id])
+    rows = Checkpoint.objects.filter(run=run)
+    return {
+        "steps": count,
+        "seconds": elapsed,
+        "logical": logical,
+        "table": table_after - table_before,
+        "artifacts": artifacts_after - artifacts_before if location else -1,
+        "keyframes": rows.filter(full=True).count(),
+        "early_ms": statistics.median(intervals[:10]) * 1000,
+        "late_ms": statistics.median(intervals[-10:]) * 1000,
+    }
+
+
+def messages_section(project, registry) -> str:
+    """W3m's table: each of ``W3M_STEPS`` run once, one after the other."""
+    lines = [
+        "### W3m: messages kept in the state (one workflow, 500-byte messages, issue 20)\n",
+        "| steps | run s | logical bytes | checkpoint table bytes | table / logical | "
+        "artifact bytes | keyframes | step ms, first ten | last ten | last / first |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for count in W3M_STEPS:
+        r = messages_workload(project, registry, count)
+        artifacts = f"{r['artifacts']:,}" if r["artifacts"] >= 0 else "n/a (S3)"
+        lines.append(
+            f"| {count:,} | {r['seconds']:.1f} | {r['logical']:,} | {r['table']:,} | "
+            f"**{r['table'] / r['logical']:.2f}** | {artifacts} | {r['keyframes']} | "
+            f"{r['early_ms']:.2f} | {r['late_ms']:.2f} | **{r['late_ms'] / r['early_ms']:.2f}** |"
+        )
+    lines.append(
+        '\nEach step does `state["messages"] = state["messages"] + [message]`. Table bytes: '
+        "growth of `pg_total_relation_size` of the checkpoint table (heap, TOAST, indexes) over "
+        "the run; logical bytes: the messages' canonical JSON; artifact bytes: growth of the "
+        "artifact store (large state values offloaded by `large_values`). Step ms: medians of "
+        "the intervals between consecutive checkpoints, steps 2-11 and the last ten. Targets: "
+        "table / logical <= 3, last / first <= 1.2.\n"
+    )
+    return "\n".join(lines)
 
 
 def floor(url: str, runs: int, steps: int) -> list[float]:
@@ -167,13 +288,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432")
+    parser.add_argument("--messages-only", action="store_true", help="run W3m only, print it")
+    parser.add_argument("--database", default="openrath_bench_runs", help="dropped and made anew")
     args = parser.parse_args()
     module_dir = Path(tempfile.mkdtemp(prefix="openrath-bench-wf-"))
     module = workflow_module(module_dir)
     sys.path.insert(0, str(module_dir))
     os.environ["OPENRATH_WORKFLOW_MODULES"] = module
     os.environ["OPENRATH_DISPATCH"] = "none"
-    url = fresh_postgres("openrath_bench_runs", args.server)
+    url = fresh_postgres(args.database, args.server)
     setup_django(url)
 
     from django.db import connection
@@ -187,6 +310,9 @@ def main() -> None:
     tenant = tenant_create(slug="bench")
     project = project_create(tenant=tenant, slug="bench")
     registry = workflows()
+    if args.messages_only:
+        print(messages_section(project, registry))
+        return
     w1_runs = 20 if args.quick else 100
     w2_runs = 40 if args.quick else 200
 
@@ -285,16 +411,15 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM (ANALYZE)")
         cursor.execute("CHECKPOINT")
-    services.checkpoint_commit = measured  # type: ignore[assignment]
+    # The executor looks checkpoint_commit up on the runs_app.services package at each step, so
+    # replacing the package's name intercepts every step commit of the run.
+    services.checkpoint_commit = measured
     try:
-        import runs_app.executor as executor
-
-        executor.services.checkpoint_commit = measured  # type: ignore[attr-defined]
         run_id = create_runs(project, registry.get("bench200"), 1)[0]
         while run_one("bench-w3", registry=registry) is not None:
             pass
     finally:
-        services.checkpoint_commit = original  # type: ignore[assignment]
+        services.checkpoint_commit = original
     assert Run.objects.get(id=run_id).status == "succeeded"
     per_step = [b - a for a, b in zip(wal, wal[1:], strict=False)]
     early, late = per_step[:10], per_step[-10:]
@@ -314,6 +439,7 @@ def main() -> None:
         "checkpoint's full-page images) reads high: the median is the step's own cost. W3 "
         "starts after a `VACUUM` and a `CHECKPOINT`.\n",
     ]
+    lines.append(messages_section(project, registry))
     body = "\n".join(lines)
     print(body)
     if not args.quick:

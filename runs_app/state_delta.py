@@ -1,8 +1,30 @@
 """State deltas between checkpoints, so storage grows with what changed. Pure Python.
 
-A delta is ``{"set": {key: value}, "del": [key], "sub": {key: delta}}``: top-level keys set to
-a new value, keys removed, and nested objects changed in place (recursively). Applying the
-delta to the previous state gives the new one exactly; ``jsontext.digest`` checks that.
+An **object delta** turns one JSON object into another::
+
+    {"set": {key: value}, "del": [key], "sub": {key: object delta}, "list": {key: list delta}}
+
+``set``: keys given a new value; ``del``: keys removed; ``sub``: object values changed in
+place (recursively); ``list``: list values changed in place. Applied in that order; every part
+is optional and ``{}`` changes nothing. Deltas stored before ``list`` existed have only the
+first three parts and apply exactly as they always did.
+
+A **list delta** turns one list into another::
+
+    {"set": {"<index>": value}, "sub": {"<index>": object delta},
+     "list": {"<index>": list delta}, "splice": [start, count, [item, ...]],
+     "append": [item, ...]}
+
+The element parts (``set``, ``sub``, ``list``; indices as decimal strings, JSON object keys)
+change elements of the old list in place; then ``splice`` replaces ``count`` elements from
+``start`` (indices of the old list: the element parts keep its length) by the items; then
+``append`` adds items at the end. So ``state["messages"] = state["messages"] + [m]`` is
+``{"list": {"messages": {"append": [m]}}}``, whatever the list's length.
+
+Values compare *exactly*: ``1``, ``1.0`` and ``True`` are different values (Python's ``==``
+says otherwise), as are ``0.0`` and ``-0.0``: a delta never drops a change its canonical JSON
+would show. Applying the delta to the previous state gives the new one exactly;
+``jsontext.digest`` checks that when a state is rebuilt.
 """
 
 from __future__ import annotations
@@ -15,27 +37,35 @@ from openrath_project.jsonlimits import json_problem
 from openrath_project.jsontext import canonical
 
 JSONDict = dict[str, Any]
+JSONList = list[Any]
+
+
+class DeltaMismatch(ValueError):
+    """A delta that does not fit the value it is applied to (an index out of range, a list
+    delta for something that is not a list): the chain it belongs to is broken."""
 
 
 def diff(old: JSONDict, new: JSONDict) -> JSONDict:
-    """The delta that turns ``old`` into ``new`` (empty dict when they are equal)."""
+    """The object delta that turns ``old`` into ``new`` (``{}`` when they are exactly equal).
+
+    A changed value is given in full (``set``) unless a nested delta (``sub`` for objects,
+    ``list`` for lists) is shorter, in canonical JSON, than the value itself (by the length of
+    the part it goes in, ``"sub":{},`` or ``"list":{},``)."""
     delta: JSONDict = {}
     sets: JSONDict = {}
     subs: JSONDict = {}
+    lists: JSONDict = {}
     for key, value in new.items():
         if key not in old:
             sets[key] = value
             continue
-        previous = old[key]
-        if previous == value and type(previous) is type(value):
-            continue
-        if isinstance(previous, dict) and isinstance(value, dict):
-            nested = diff(previous, value)
-            # A nested delta only pays when it is smaller than the value itself.
-            if len(canonical(nested)) < len(canonical(value)):
-                subs[key] = nested
-                continue
-        sets[key] = value
+        kind, change = _change(old[key], value)
+        if kind == "sub":
+            subs[key] = change
+        elif kind == "list":
+            lists[key] = change
+        elif kind == "set":
+            sets[key] = change
     removed = sorted(key for key in old if key not in new)
     if sets:
         delta["set"] = sets
@@ -43,11 +73,14 @@ def diff(old: JSONDict, new: JSONDict) -> JSONDict:
         delta["del"] = removed
     if subs:
         delta["sub"] = subs
+    if lists:
+        delta["list"] = lists
     return delta
 
 
 def apply(old: JSONDict, delta: JSONDict) -> JSONDict:
-    """``old`` with ``delta`` applied (``old`` is not modified)."""
+    """``old`` with the object delta applied (``old`` is not modified; unchanged values are
+    shared with it). Raises :class:`DeltaMismatch` when a list part does not fit."""
     new = dict(old)
     for key in delta.get("del", ()):
         new.pop(key, None)
@@ -55,8 +88,186 @@ def apply(old: JSONDict, delta: JSONDict) -> JSONDict:
         new[key] = value
     for key, nested in delta.get("sub", {}).items():
         base = new.get(key)
+        # As before lists existed: a nested delta on a value that is not an object starts empty.
         new[key] = apply(base if isinstance(base, dict) else {}, nested)
+    for key, nested in delta.get("list", {}).items():
+        base = new.get(key)
+        if not isinstance(base, list):
+            raise DeltaMismatch(f"list delta for {key!r}, which is {type(base).__name__}")
+        new[key] = apply_list(base, nested)
     return new
+
+
+def diff_list(old: JSONList, new: JSONList) -> JSONDict:
+    """The list delta that turns ``old`` into ``new`` (``{}`` when they are exactly equal).
+
+    Linear, not a longest-common-subsequence search: the common prefix and the common suffix
+    are kept, and only the middle between them is encoded, the smaller of (a) one ``splice``
+    replacing the old middle by the new one and (b) the two middles paired element by element
+    from their start (each pair as a nested delta or a new value) plus a ``splice`` of what one
+    middle has beyond the other. An addition at the end is an ``append``. So appends, inserts
+    and removals of one run of elements, and changes inside elements, cost what they change;
+    edits at several places cost the span between the first and the last."""
+    old_len, new_len = len(old), len(new)
+    prefix, shorter = 0, min(old_len, new_len)
+    while prefix < shorter and _same(old[prefix], new[prefix]):
+        prefix += 1
+    suffix, room = 0, shorter - prefix
+    while suffix < room and _same(old[old_len - 1 - suffix], new[new_len - 1 - suffix]):
+        suffix += 1
+    old_mid = old[prefix : old_len - suffix]
+    new_mid = new[prefix : new_len - suffix]
+    if not old_mid and not new_mid:
+        return {}
+    plain = _replace(prefix, len(old_mid), new_mid, at_end=suffix == 0)
+    if not old_mid or not new_mid:
+        return plain
+    paired: JSONDict = {}
+    for offset, (before, after) in enumerate(zip(old_mid, new_mid, strict=False)):
+        kind, change = _change(before, after)
+        if kind:
+            paired.setdefault(kind, {})[str(prefix + offset)] = change
+    paired_len = min(len(old_mid), len(new_mid))
+    paired.update(
+        _replace(
+            prefix + paired_len,
+            len(old_mid) - paired_len,
+            new_mid[paired_len:],
+            at_end=suffix == 0,
+        )
+    )
+    return paired if len(canonical(paired)) < len(canonical(plain)) else plain
+
+
+def apply_list(old: JSONList, delta: JSONDict) -> JSONList:
+    """``old`` with the list delta applied (``old`` is not modified). Raises
+    :class:`DeltaMismatch` when an index or the splice is outside the list."""
+    new = list(old)
+    for part in ("set", "sub", "list"):
+        for key, change in delta.get(part, {}).items():
+            index = _index(key, len(new))
+            if part == "set":
+                new[index] = change
+            elif part == "sub":
+                base = new[index]
+                if not isinstance(base, dict):
+                    raise DeltaMismatch(f"object delta for element {index}, not an object")
+                new[index] = apply(base, change)
+            else:
+                base = new[index]
+                if not isinstance(base, list):
+                    raise DeltaMismatch(f"list delta for element {index}, not a list")
+                new[index] = apply_list(base, change)
+    if "splice" in delta:
+        start, count, items = delta["splice"]
+        if not (
+            type(start) is int
+            and type(count) is int
+            and isinstance(items, list)
+            and 0 <= start <= len(new)
+            and 0 <= count <= len(new) - start
+        ):
+            raise DeltaMismatch(f"splice {start}+{count} outside a list of {len(new)}")
+        new[start : start + count] = items
+    new.extend(delta.get("append", ()))
+    return new
+
+
+def _change(old: Any, new: Any) -> tuple[str, Any]:
+    """How a value changed: ``("", None)`` not at all, ``("sub", object delta)``,
+    ``("list", list delta)`` or ``("set", new)``, whichever is shortest."""
+    old_type = type(old)
+    if old_type is dict and type(new) is dict:
+        nested = diff(old, new)
+        kind = "sub"
+    elif old_type is list and type(new) is list:
+        nested = diff_list(old, new)
+        kind = "list"
+    else:
+        return ("", None) if _same(old, new) else ("set", new)
+    if not nested:
+        return "", None
+    # A nested delta only pays when it is shorter than the value itself, counting the part
+    # it goes in (`"list":{},`): else a small list's append would make the whole delta longer.
+    limit = len(canonical(nested)) + len(kind) + 6
+    return (kind, nested) if _measure(new, limit) > limit else ("set", new)
+
+
+def _replace(start: int, count: int, items: JSONList, *, at_end: bool) -> JSONDict:
+    """The list delta part replacing ``count`` elements from ``start`` by ``items``."""
+    if not items and not count:
+        return {}
+    if at_end and not count:
+        return {"append": items}
+    return {"splice": [start, count, items]}
+
+
+def _index(key: str, length: int) -> int:
+    if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < length):
+        raise DeltaMismatch(f"element {key!r} outside a list of {length}")
+    return int(key)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Exact equality of JSON values: equal, and of the same types all the way down (so that
+    their canonical JSON is the same text; the order of object keys does not matter)."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is dict:
+        if len(a) != len(b):
+            return False
+        # A loop with the common scalars inline: the prefix walk of a long list of messages
+        # is most of a step's diff (2.5x faster than all() and a call per value).
+        for key, value in a.items():
+            other = b.get(key, _MISSING)
+            value_type = type(value)
+            if value_type is not type(other):
+                return False
+            if value_type is str or value_type is int or value_type is bool:
+                if value != other:
+                    return False
+            elif not _same(value, other):
+                return False
+        return True
+    if kind is list:
+        if len(a) != len(b):
+            return False
+        return all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if kind is float:
+        return repr(a) == repr(b)  # 0.0 and -0.0 are equal but print apart
+    return bool(a == b)
+
+
+def _measure(value: Any, limit: int) -> int:
+    """``len(canonical(value))`` when that is at most ``limit``, else some number above it:
+    long lists and large objects are measured piece by piece and stop once over the limit,
+    so deciding that a small delta beats a long list does not encode the whole list."""
+    kind = type(value)
+    if kind is dict and value:
+        size = 1  # "{", then per member: key ":" value and "," or "}"
+        for key, item in value.items():
+            size += len(canonical(key)) + 2 + _measure(item, limit - size)
+            if size > limit:
+                return size
+        return size
+    if kind is list and len(value) > _PIECE:
+        size, start, piece = 1, 0, _PIECE  # "[", then per piece its items and separators
+        while start < len(value):
+            size += len(canonical(value[start : start + piece])) - 1
+            if size > limit:
+                return size
+            start, piece = start + piece, piece * 2
+        return size
+    return len(canonical(value))
+
+
+_MISSING = object()
+
+#: The first piece of a long list :func:`_measure` encodes; each next piece is twice as long.
+_PIECE = 8
 
 
 class StateInvalid(ValidationFailed, TypeError):

@@ -115,7 +115,9 @@ def _race_after_commit(first, second):
                 outcome["first"] = first()
                 done.set()
                 time.sleep(0.4)
-            outcome["committed_at"] = time.monotonic()
+                # The locks are held until the commit just after this line: the second call
+                # cannot return before it (a time taken after the commit could race it).
+                outcome["committing_at"] = time.monotonic()
         except BaseException as exc:
             outcome["first_error"] = exc
             done.set()
@@ -130,7 +132,7 @@ def _race_after_commit(first, second):
     returned_at = time.monotonic()
     thread.join(30)
     assert "first_error" not in outcome, outcome.get("first_error")
-    assert returned_at >= outcome["committed_at"]  # it waited for the first to commit
+    assert returned_at >= outcome["committing_at"]  # it waited for the first to commit
     return outcome["first"], second_error.value
 
 
