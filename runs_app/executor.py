@@ -515,6 +515,7 @@ def _execute(
         return Outcome("failed")
     handlers = bind_handlers(plan, workflow)
     checkpoint_seq = run.checkpoint_seq
+    keyframes = services.Keyframes()  # this claim's: its first checkpoint stores the state whole
     session = _prepare_session(run, claim)
     node_id = run.next_nodes[0] if run.next_nodes else plan.entry
     attempt = run.attempt
@@ -671,7 +672,7 @@ def _execute(
                 chunks=buffer.take(),
             )
             checkpoint_seq = services.checkpoint_commit(
-                claim=claim, commit=commit, checkpoint_seq=checkpoint_seq
+                claim=claim, commit=commit, checkpoint_seq=checkpoint_seq, keyframes=keyframes
             )
         if not next_nodes:
             return Outcome("succeeded", steps)

@@ -29,7 +29,9 @@ inside.
 
 from runs_app.services.branches import branch_complete, fanout_clear, fanout_start
 from runs_app.services.checkpoints import (
-    KEYFRAME_EVERY,
+    KEYFRAME_MAX_CHAIN,
+    KEYFRAME_MIN_BYTES,
+    Keyframes,
     StepCommit,
     checkpoint_commit,
     run_repoint_session,
@@ -51,7 +53,9 @@ from runs_app.services.runs import (
 )
 
 __all__ = [
-    "KEYFRAME_EVERY",
+    "KEYFRAME_MAX_CHAIN",
+    "KEYFRAME_MIN_BYTES",
+    "Keyframes",
     "Claim",
     "RunChanges",
     "RunMove",

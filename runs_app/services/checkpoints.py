@@ -38,8 +38,38 @@ _RUN = Run._meta.db_table
 _EVENT = RunEvent._meta.db_table
 _CHECKPOINT = Checkpoint._meta.db_table
 
-#: Every this many checkpoints the state is stored whole, so a rebuild reads a bounded tail.
-KEYFRAME_EVERY = 32
+#: A chain of deltas is never longer than this, whatever its bytes (bounds a rebuild's steps).
+KEYFRAME_MAX_CHAIN = 1000
+#: Deltas may add up to this many bytes before a small state is stored whole again.
+KEYFRAME_MIN_BYTES = 4096
+
+
+@dataclass
+class Keyframes:
+    """When a worker stores a run's state whole (a keyframe) instead of a delta: chosen by the
+    bytes of deltas stored since the last whole state, not by a count. The state is stored whole
+    again when those deltas would outweigh it (or ``KEYFRAME_MIN_BYTES`` for a small state), so
+    each whole state is paid for by at least as many delta bytes — storage stays linear in what
+    changed even when the state grows every step — and a rebuild reads at most about twice the
+    state. A worker keeps one per claim; a new claim starts unknown, so its first checkpoint is
+    whole (what was stored before it is not re-read)."""
+
+    #: Bytes of deltas since the last whole state (``None``: not known to this worker).
+    delta_bytes: int | None = None
+    #: Deltas since the last whole state.
+    chain: int = 0
+
+    def keyframe_now(self, delta_len: int, state_len: int) -> bool:
+        if self.delta_bytes is None or self.chain >= KEYFRAME_MAX_CHAIN:
+            return True
+        return self.delta_bytes + delta_len >= max(state_len, KEYFRAME_MIN_BYTES)
+
+    def stored(self, *, full: bool, length: int) -> None:
+        if full:
+            self.delta_bytes, self.chain = 0, 0
+        elif self.delta_bytes is not None:
+            self.delta_bytes += length
+            self.chain += 1
 
 
 def _stale(claim: Claim) -> StaleLease:
@@ -124,24 +154,35 @@ _COMMIT_SQL = _step_commit_sql(finishing=False)
 _FINISH_SQL = _step_commit_sql(finishing=True)
 
 
-def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) -> int:
+def checkpoint_commit(
+    *,
+    claim: Claim,
+    commit: StepCommit,
+    checkpoint_seq: int,
+    keyframes: Keyframes | None = None,
+) -> int:
     """Commit a step: its held chunks, its checkpoint (state delta, session reference, next
     nodes) and its event, fenced by the lease; with ``commit.finish`` also the run's end.
     Returns the new checkpoint's sequence; :class:`StaleLease` when the lease is gone (nothing
-    is written). ``checkpoint_seq`` is the last one this worker wrote.
+    is written). ``checkpoint_seq`` is the last one this worker wrote; ``keyframes`` what it
+    stored since its last whole state (without one, the state is stored whole).
 
     On PostgreSQL this is one prepared statement (one round trip); elsewhere one short
     transaction writing the same rows.
     """
+    keyframes = keyframes if keyframes is not None else Keyframes()
     state = commit.state
     state_json = canonical(state)
-    seq = checkpoint_seq + 1
-    full = seq % KEYFRAME_EVERY == 1 or checkpoint_seq == 0
+    full = checkpoint_seq == 0 or keyframes.delta_bytes is None
     stored_state: Any = state
+    stored_len = len(state_json)
     if not full:
-        stored_state = diff(commit.previous_state, state)
-        if len(canonical(stored_state)) >= len(state_json):
-            stored_state, full = state, True
+        delta = diff(commit.previous_state, state)
+        delta_len = len(canonical(delta))
+        if keyframes.keyframe_now(delta_len, len(state_json)):
+            full = True
+        else:
+            stored_state, stored_len = delta, delta_len
     state_digest = digest(state)
     event_data = dict(commit.event_data or {})
     event_data.setdefault("attempt", commit.attempt)
@@ -149,8 +190,11 @@ def checkpoint_commit(*, claim: Claim, commit: StepCommit, checkpoint_seq: int) 
     if commit.finish is not None:
         check_transition("running", commit.finish)
     if composed.composed_sql() and commit.finish in (None, "succeeded"):
-        return _sql_commit(claim, commit, stored_state, full, state_digest, event_data)
-    return _orm_commit(claim, commit, stored_state, full, state_digest, event_data)
+        seq = _sql_commit(claim, commit, stored_state, full, state_digest, event_data)
+    else:
+        seq = _orm_commit(claim, commit, stored_state, full, state_digest, event_data)
+    keyframes.stored(full=full, length=stored_len)
+    return seq
 
 
 def _sql_commit(

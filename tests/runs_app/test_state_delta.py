@@ -17,7 +17,6 @@ from openrath_project.jsontext import canonical
 from runs_app import services
 from runs_app.models import Checkpoint
 from runs_app.selectors import checkpoint_page
-from runs_app.services.checkpoints import KEYFRAME_EVERY
 from runs_app.state_delta import DeltaMismatch, apply, apply_list, diff, diff_list
 from tests.runs_app.conftest import drive
 
@@ -307,7 +306,9 @@ def test_a_run_with_messages_in_its_state_rebuilds_every_checkpoint(registry, pr
     assert done.status == "succeeded"
 
     checkpoints = list(Checkpoint.objects.filter(run=done).order_by("seq"))
-    assert len(checkpoints) == 2 * TURNS + 1 > KEYFRAME_EVERY  # talk and more per turn, stop
+    assert len(checkpoints) == 2 * TURNS + 1  # talk and more per turn, stop
+    # Stored whole more than once (keyframes by delta bytes): rebuilds cross keyframes.
+    assert sum(c.full for c in checkpoints) >= 2
     expected: dict[str, Any] = initial
     states: dict[int, dict[str, Any]] = {}
     for checkpoint in checkpoints:
@@ -323,17 +324,22 @@ def test_a_run_with_messages_in_its_state_rebuilds_every_checkpoint(registry, pr
 
     # A turn that only appended is stored as the appended message plus the counters, however
     # long the list has grown; a router's checkpoint changes nothing.
-    appends = 0
+    appends = whole = 0
     for checkpoint in checkpoints:
         state = states[checkpoint.seq]
+        append_only = checkpoint.step == "talk" and all(
+            state["turns"] % k != r for k, r in APPENDS_ONLY
+        )
         if checkpoint.full:
             assert_exactly(checkpoint.state, state)
+            whole += append_only
         elif checkpoint.step == "more":
             assert checkpoint.state == {}
-        elif checkpoint.step == "talk" and all(state["turns"] % k != r for k, r in APPENDS_ONLY):
+        elif append_only:
             appends += 1
             assert checkpoint.state == {
                 "set": {"turns": state["turns"], "score": state["score"]},
                 "list": {"messages": {"append": [state["messages"][-1]]}},
             }
-    assert appends == 14  # 15 turns only append; the first is the first keyframe
+    assert appends + whole == 15  # the turns that only append: a delta unless a keyframe
+    assert appends >= 12

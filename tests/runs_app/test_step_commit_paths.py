@@ -242,3 +242,33 @@ def test_a_commit_past_the_usage_domain_is_refused_the_same_way(
     assert not Checkpoint.objects.filter(run=run).exists()
     assert Session.objects.get(id=run.session_id).own_len == 0
     assert Run.objects.get(id=run.id).checkpoint_seq == 0
+
+
+def test_keyframes_follow_the_bytes_of_deltas_not_a_count():
+    """A state is stored whole again once the deltas since the last whole one would outweigh it
+    (4 KiB at least), so a state that grows every step costs linear storage."""
+    keyframes = services.Keyframes()
+    assert keyframes.keyframe_now(10, 100_000)  # a new claim: the first checkpoint is whole
+    keyframes.stored(full=True, length=100_000)
+    assert not keyframes.keyframe_now(500, 100_000)
+    keyframes.stored(full=False, length=60_000)
+    assert not keyframes.keyframe_now(39_999, 100_000)
+    assert keyframes.keyframe_now(40_000, 100_000)  # 60,000 + 40,000 reach the state's size
+    small = services.Keyframes(delta_bytes=0)
+    assert not small.keyframe_now(4_000, 50)  # a small state: up to 4 KiB of deltas
+    assert small.keyframe_now(services.KEYFRAME_MIN_BYTES, 50)
+    long = services.Keyframes(delta_bytes=0, chain=services.KEYFRAME_MAX_CHAIN)
+    assert long.keyframe_now(1, 10**9)  # a chain is never longer than KEYFRAME_MAX_CHAIN
+
+    # A state growing by one 500-byte message a step, over 2,000 steps: whole states cost no
+    # more than the deltas do, where one every 32 steps cost ~30x the messages.
+    keyframes, state_len, whole, deltas = services.Keyframes(), 100, 0, 0
+    for _ in range(2_000):
+        state_len += 520
+        if keyframes.keyframe_now(540, state_len):
+            whole += state_len
+            keyframes.stored(full=True, length=state_len)
+        else:
+            deltas += 540
+            keyframes.stored(full=False, length=540)
+    assert whole <= 2 * deltas
