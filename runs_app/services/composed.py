@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 import psycopg
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from sessions_app import services as session_services
 from sessions_app.models import USAGE_CONSTRAINT
@@ -33,10 +33,17 @@ def execute_composed(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     connection.ensure_connection()
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
-        with scope, psycopg.Cursor(connection.connection) as cursor:
+        # Django's error wrapper, as for any ORM query: a lost connection is Django's
+        # OperationalError (a 503 ``database_unavailable`` in a request) and the connection is
+        # marked unusable, so the next request or worker loop opens a fresh one.
+        with (
+            scope,
+            connection.wrap_database_errors,
+            psycopg.Cursor(connection.connection) as cursor,
+        ):
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchall() if cursor.description else []
-    except psycopg.errors.CheckViolation as exc:  # the session's usage totals would overflow
+    except IntegrityError as exc:  # the session's usage totals would overflow their domain
         if USAGE_CONSTRAINT not in str(exc):
             raise
         raise session_services.usage_full() from exc
