@@ -16,7 +16,7 @@ from openrath_project.console.admin_scope import EngineAdmin, TenantScopedAdmin
 
 @admin.register(MemoryEntry)
 class MemoryEntryAdmin(TenantScopedAdmin):
-    list_display = ("id", "project", "scope", "agent", "trust", "short_text", "created_at")
+    list_display = ("id", "project__slug", "scope", "agent", "trust", "short_text", "created_at")
     list_filter = ("scope", "trust", "tenant")
     search_fields = ("text", "agent", "created_by")
     list_select_related = ("project",)
@@ -65,6 +65,6 @@ class MemoryStatsAdmin(EngineAdmin):
     """The BM25 corpus counters: exact, kept by ``F()`` updates, never edited."""
 
     tenant_path = "project__tenant"
-    list_display = ("id", "project", "place", "entries", "terms")
+    list_display = ("id", "project__slug", "place", "entries", "terms")
     search_fields = ("place",)
     list_select_related = ("project",)

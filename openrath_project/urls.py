@@ -15,6 +15,7 @@ from rest_framework.routers import SimpleRouter
 from effects_app.api.views import EffectViewSet
 from memory_app.api.views import MemoryViewSet
 from openrath_project import health, metrics_view
+from openrath_project.console import views as console_views
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
 from runs_app.api.views import InterruptViewSet, RunViewSet, WorkflowViewSet
@@ -44,6 +45,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path(settings.ADMIN_PATH, admin.site.urls),
     path("console/", include("openrath_project.console.urls")),
+    path("favicon.ico", console_views.favicon),
 ]
 
 

@@ -37,7 +37,7 @@ class RunAdmin(EngineAdmin):
     list_display = (
         "id",
         "workflow",
-        "project",
+        "project__slug",
         "status",
         "attempt",
         "priority",

@@ -3,3 +3,4 @@ from django.apps import AppConfig
 
 class RunsAppConfig(AppConfig):
     name = "runs_app"
+    verbose_name = "Runs"

@@ -14,7 +14,16 @@ from sessions_app.models import Chunk, LineageEdge, Session
 
 @admin.register(Session)
 class SessionAdmin(EngineAdmin):
-    list_display = ("id", "title", "project", "op", "length", "agent", "created_by", "created_at")
+    list_display = (
+        "id",
+        "title",
+        "project__slug",
+        "op",
+        "length",
+        "agent",
+        "created_by",
+        "created_at",
+    )
     list_filter = ("op", "incomplete", "tenant", "project")
     search_fields = ("title", "agent", "workflow", "created_by")
     list_select_related = ("project",)

@@ -3,3 +3,4 @@ from django.apps import AppConfig
 
 class SessionsAppConfig(AppConfig):
     name = "sessions_app"
+    verbose_name = "Sessions"

@@ -12,6 +12,22 @@ from typing import Any
 #: Longest JSON shown in full on a page; beyond it the text is cut (the API has the rest).
 MAX_PRETTY_CHARS = 100_000
 
+#: Hex digits of a shortened id the console shows.
+SHORT_ID_DIGITS = 8
+
+
+def short_id(value: Any) -> str:
+    """``"…9f3c2a7b"``: the last hex digits of an id (its random part; uuid7 ids made in the same
+    minutes share their first, time-ordered digits), or ``""`` for no id. The full id goes in a
+    ``title`` next to it (the ``short_id`` filter of ``console_ids``); the live pages'
+    ``live.js`` shortens the same way."""
+    if value is None or value == "":
+        return ""
+    digits = str(value).replace("-", "")
+    if len(digits) <= SHORT_ID_DIGITS:
+        return digits
+    return "…" + digits[-SHORT_ID_DIGITS:]
+
 
 def pretty(value: Any, *, limit: int = MAX_PRETTY_CHARS) -> str:
     """Indented JSON (keys in stored order), cut at ``limit`` characters."""

@@ -35,6 +35,9 @@ class PlacedNode:
     y: float
     width: float
     height: float
+    #: The id of the node's events panel on the run page (``step-<n>``, the node's position in
+    #: the plan): step names are code, not guaranteed to be valid fragment identifiers.
+    anchor: str = ""
 
     @property
     def cx(self) -> float:
@@ -105,6 +108,7 @@ def layout(graph: Mapping[str, Any]) -> PlanLayout:
         for index, row in by_layer.items()
     }
     total_width = max(row_widths.values(), default=0) + 2 * MARGIN + 60  # room for back edges
+    position = {str(n["id"]): i for i, n in enumerate(graph.get("nodes", []))}
     placed: dict[str, PlacedNode] = {}
     for index in sorted(by_layer):
         row = by_layer[index]
@@ -124,6 +128,7 @@ def layout(graph: Mapping[str, Any]) -> PlanLayout:
                 y=float(y),
                 width=round(widths[node_id], 1),
                 height=float(NODE_HEIGHT),
+                anchor=f"step-{position[node_id]}",
             )
             x += widths[node_id] + NODE_GAP
     edges: list[PlacedEdge] = []

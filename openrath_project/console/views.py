@@ -17,7 +17,9 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles import finders
 from django.contrib.staticfiles.storage import staticfiles_storage
-from django.db.models import Count, Q, QuerySet
+from django.core.paginator import Paginator
+from django.db.models import Count, F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -25,7 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from effects_app import selectors as effect_selectors
-from effects_app.models import RESOLUTIONS, EffectRecord
+from effects_app.models import EFFECT_CLASSES, EFFECT_STATES, RESOLUTIONS, EffectRecord
 from effects_app.services import effect_resolve
 from openrath_project.api.audit import audit_note
 from openrath_project.api.permissions import SESSION_TENANT_KEY
@@ -36,7 +38,7 @@ from openrath_project.console.access import (
     console_page,
     login_first,
 )
-from openrath_project.console.plan_layout import layout
+from openrath_project.console.plan_layout import PlacedNode, layout
 from openrath_project.console.schema_form import (
     JSON_FIELD,
     FieldSpec,
@@ -46,24 +48,28 @@ from openrath_project.console.schema_form import (
     response_form,
 )
 from openrath_project.errors import Conflict, DomainError, ValidationFailed
+from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid, project_list
 from openrath_project.tenancy.services import principal_for_user
 from runs_app import registration
 from runs_app import selectors as run_selectors
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Interrupt, Run
+from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
 from runs_app.services import run_cancel, run_resume, run_state_at
 from runs_app.transitions import STATUSES, TERMINAL
 from sessions_app import selectors as session_selectors
 from sessions_app.api.serializers import ChunkOut, LineageEdgeOut, SessionOut
-from sessions_app.models import LineageEdge, Session
+from sessions_app.models import Chunk, LineageEdge, Session
 
 PAGE_SIZE = 50
 QUEUE_SIZE = 100
 EVENTS_SHOWN = 200
 CHUNKS_SHOWN = 200
 CHECKPOINTS_SHOWN = 20
+STEP_EVENTS_SHOWN = 20
 LINEAGE_PAGE = 200
+#: The header live.js sends when it re-reads a page for its parts (not shown to a person).
+FRAGMENT_HEADER = "X-OpenRath-Fragment"
 VENDOR_FILES = ("vendor/cytoscape/cytoscape.min.js", "vendor/cytoscape-dagre/cytoscape-dagre.js")
 
 
@@ -193,6 +199,13 @@ def switch(request: HttpRequest) -> HttpResponse:
     return redirect(overview if tenant_changed else _safe_next(request, overview))
 
 
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico`` (asked for by browsers on every page, the admin's too): the console's
+    icon in static files."""
+    return redirect(staticfiles_storage.url("console/favicon.svg"))
+
+
 # --- Overview ------------------------------------------------------------------------------------
 
 
@@ -221,7 +234,12 @@ def overview(request: HttpRequest, console: Console) -> HttpResponse:
             pending=list(pending.select_related("run").order_by("id")[:5]),
             reviews=list(reviews.order_by("id")[:5]),
             recent_sessions=list(sessions.order_by("-id")[:10]),
-            recent_runs=list(runs.order_by("-created_at", "-id")[:10]),
+            # Top-level runs: a fan-out's branches are counted on their parent's row.
+            recent_runs=list(
+                runs.filter(parent__isnull=True)
+                .annotate(branch_count=Count("children"))
+                .order_by("-created_at", "-id")[:10]
+            ),
         ),
     )
 
@@ -373,8 +391,8 @@ def approval_resolve(
     )
     messages.success(
         request,
-        f"{decision.capitalize()}: “{resolved.title}” (run {str(resolved.run_id)[:8]} is queued "
-        "again).",
+        f"{decision.capitalize()}: “{resolved.title}” (run {display.short_id(resolved.run_id)} is "
+        "queued again).",
     )
     return redirect(_safe_next(request, reverse("console:approvals")))
 
@@ -387,35 +405,97 @@ class EffectItem:
     effect: EffectRecord
     request_json: str
     error_json: str
+    result_json: str = ""
+    resolution_json: str = ""
     result_value: str = ""
     reason: str = ""
     error: ActionError | None = None
 
 
+@dataclass(frozen=True)
+class EffectFilters:
+    """The effects page's filters, from its query string (an unknown value is ignored)."""
+
+    status: str = ""
+    step: str = ""
+    run: uuid.UUID | None = None
+    effect_class: str = ""
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> EffectFilters:
+        status = request.GET.get("status", "")
+        effect_class = request.GET.get("class", "")
+        return cls(
+            status=status if status in EFFECT_STATES else "",
+            step=request.GET.get("step", "").strip()[:200],
+            run=parse_uuid(request.GET.get("run")),
+            effect_class=effect_class if effect_class in EFFECT_FILTER_CLASSES else "",
+        )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.step or self.run or self.effect_class)
+
+
+#: Selector decisions are not effects an operator reviews (``effect_list`` leaves them out).
+EFFECT_FILTER_CLASSES = tuple(c for c in EFFECT_CLASSES if c != "decision")
+
+
+def _json_or_empty(value: Any) -> str:
+    return display.pretty(value) if value is not None else ""
+
+
 def _effects_page(
     request: HttpRequest, console: Console, *, error: ActionError | None = None, status: int = 200
 ) -> HttpResponse:
-    reviews = _filtered(
-        effect_selectors.effect_list(principal=console.principal).filter(status="needs_review"),
+    filters = EffectFilters.of(request)
+    listed = _filtered(
+        effect_selectors.effect_search(
+            principal=console.principal,
+            status=filters.status,
+            step=filters.step,
+            run=filters.run,
+            effect_class=filters.effect_class,
+        ),
         console,
     ).select_related("run", "project")
+    page = Paginator(listed, PAGE_SIZE).get_page(request.GET.get("page"))
     items = []
-    for effect in reviews.order_by("id")[:QUEUE_SIZE]:
+    for effect in page.object_list:
         mine = error is not None and error.object_id == str(effect.id)
         items.append(
             EffectItem(
                 effect=effect,
                 request_json=display.pretty(effect.request),
-                error_json=display.pretty(effect.error) if effect.error is not None else "",
+                error_json=_json_or_empty(effect.error),
+                result_json=_json_or_empty(effect.result),
+                resolution_json=_json_or_empty(effect.resolution_result),
                 result_value=request.POST.get("result", "") if mine else "",
                 reason=request.POST.get("reason", "") if mine else "",
                 error=error if mine else None,
             )
         )
+    query = request.GET.copy()
+    query.pop("page", None)
     return render(
         request,
         "console/effects.html",
-        _base(console, items=items, error=error, total=reviews.count()),
+        _base(
+            console,
+            items=items,
+            error=error,
+            page=page,
+            filters=filters,
+            statuses=EFFECT_STATES,
+            effect_classes=EFFECT_FILTER_CLASSES,
+            page_query=query.urlencode(),
+            # Where a resolution returns: this very list (a refused POST re-renders it at the
+            # resolve address, which only takes POSTs: back to the whole list then).
+            return_to=(
+                request.get_full_path() if request.method == "GET" else reverse("console:effects")
+            ),
+            total=page.paginator.count,
+        ),
         status=status,
     )
 
@@ -472,7 +552,8 @@ def effect_resolve_view(
     )
     messages.success(
         request,
-        f"Effect {resolved.key!r}: {outcome.replace('_', ' ')} (run {str(resolved.run_id)[:8]}).",
+        f"Effect {resolved.key!r}: {outcome.replace('_', ' ')} "
+        f"(run {display.short_id(resolved.run_id)}).",
     )
     return redirect(_safe_next(request, reverse("console:effects")))
 
@@ -539,9 +620,7 @@ def _run_page(
     checkpoints = run_selectors.checkpoint_page(
         run, after=max(0, run.checkpoint_seq - CHECKPOINTS_SHOWN), limit=CHECKPOINTS_SHOWN
     )
-    visited = run_selectors.checkpoint_steps(run)
     current = [] if run.status in TERMINAL else [str(n) for n in run.next_nodes or []]
-    plan = layout(run.plan.graph)
     pending = run_selectors.interrupt_list(principal=principal).filter(run=run, status="pending")
     reviews = effect_selectors.effect_list(principal=principal).filter(
         run=run, status="needs_review"
@@ -550,6 +629,11 @@ def _run_page(
         run_selectors.run_list(principal=principal).filter(parent=run).order_by("created_at", "id")
     )
     status = error.status if error is not None else 200
+    # The run row was read before its events and checkpoints: count what is shown at least.
+    events_total = max(run.event_seq, events[-1].seq if events else 0)
+    checkpoints_total = max(
+        run.checkpoint_seq, max((c["checkpoint"].seq for c in checkpoints), default=0)
+    )
     return render(
         request,
         "console/run.html",
@@ -557,6 +641,10 @@ def _run_page(
             console,
             run=run,
             error=error,
+            # live.js re-reads the page for its server-rendered parts: leave flash messages be.
+            fragment=request.headers.get(FRAGMENT_HEADER) == "1",
+            events_total=events_total,
+            checkpoints_total=checkpoints_total,
             events=[
                 {
                     "seq": e.seq,
@@ -589,9 +677,8 @@ def _run_page(
                 }
                 for c in reversed(checkpoints)
             ],
-            plan=plan,
             current_nodes=current,
-            visited_nodes=sorted(visited),
+            **plan_data(run, principal),
             approvals=approval_items(
                 console,
                 pending.order_by("id"),
@@ -614,6 +701,92 @@ def _run_page(
         ),
         status=status,
     )
+
+
+@dataclass
+class StepEvents:
+    """What the run page shows when a plan node is clicked: the step's latest events, in the
+    run itself and in its branch runs (a fan-out's branch steps run in child runs)."""
+
+    node: PlacedNode
+    events: list[dict[str, Any]]
+    more: bool
+
+
+def _checkpointed_steps(run_ids: list[uuid.UUID]) -> set[str]:
+    """The steps any of these runs (read in scope by the caller) checkpointed."""
+    rows = Checkpoint.objects.filter(run_id__in=run_ids).order_by().values_list("step", flat=True)
+    return set(rows.distinct())
+
+
+def _step_events(
+    run_ids: list[uuid.UUID], *, steps: list[str], per_step: int
+) -> dict[str, list[RunEvent]]:
+    """The latest ``per_step`` events of each step over these runs (read in scope by the
+    caller), newest first. One query (a window function ranks the events of each step)."""
+    newest = Window(
+        RowNumber(), partition_by=[F("step")], order_by=[F("created_at").desc(), F("id").desc()]
+    )
+    rows = (
+        RunEvent.objects.filter(run_id__in=run_ids, step__in=steps)
+        .annotate(rank=newest)
+        .filter(rank__lte=per_step)
+        .order_by("step", "rank")
+    )
+    found: dict[str, list[RunEvent]] = {}
+    for event in rows:
+        found.setdefault(event.step, []).append(event)
+    return found
+
+
+def plan_data(run: Run, principal: Principal) -> dict[str, Any]:
+    """The plan diagram of the run page: the layout, the steps that checkpointed (the run's
+    own and its branch runs'), the steps a live branch runs next, and each step's events.
+    Four queries, whatever the plan's size or the number of branches."""
+    plan = layout(run.plan.graph)
+    branches = list(
+        run_selectors.run_list(principal=principal)
+        .filter(parent=run)
+        .values_list("id", "status", "next_nodes")
+    )
+    run_ids = [run.id, *(branch_id for branch_id, _, _ in branches)]
+    visited = _checkpointed_steps(run_ids)
+    in_branches = sorted(
+        {str(n) for _, status, nodes in branches if status not in TERMINAL for n in nodes or []}
+    )
+    by_step = _step_events(
+        run_ids, steps=[n.id for n in plan.nodes], per_step=STEP_EVENTS_SHOWN + 1
+    )
+    labels = {run.id: "this run"} | {
+        branch_id: f"branch run {display.short_id(branch_id)}" for branch_id, _, _ in branches
+    }
+    step_events = []
+    for node in plan.nodes:
+        rows = by_step.get(node.id, [])
+        step_events.append(
+            StepEvents(
+                node=node,
+                events=[
+                    {
+                        "run_id": e.run_id,
+                        "run_label": labels.get(e.run_id, display.short_id(e.run_id)),
+                        "own": e.run_id == run.id,
+                        "seq": e.seq,
+                        "type": e.type,
+                        "data": display.compact(e.data) if e.data else "",
+                        "created_at": e.created_at,
+                    }
+                    for e in rows[:STEP_EVENTS_SHOWN]
+                ],
+                more=len(rows) > STEP_EVENTS_SHOWN,
+            )
+        )
+    return {
+        "plan": plan,
+        "visited_nodes": sorted(visited),
+        "branch_nodes": in_branches,
+        "step_events": step_events,
+    }
 
 
 def _page_run(console: Console, run_id: object) -> Run:
@@ -678,11 +851,34 @@ def run_resume_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -
 def sessions(request: HttpRequest, console: Console) -> HttpResponse:
     qs = _filtered(session_selectors.session_list(principal=console.principal), console)
     rows, next_before = _keyset(qs.select_related("project"), request)
+    agents = session_agents(console.principal, rows)
     return render(
         request,
         "console/sessions.html",
-        _base(console, sessions=rows, next_before=next_before, first_page="before" in request.GET),
+        _base(
+            console,
+            sessions=[(s, agents.get(s.id, [])) for s in rows],
+            next_before=next_before,
+            first_page="before" in request.GET,
+        ),
     )
+
+
+def session_agents(principal: Principal, sessions: list[Session]) -> dict[uuid.UUID, list[str]]:
+    """The agents of each session: its own ``agent`` and those of the chunks it stores (one
+    query for the page; chunks a fork shares with its parent are the parent's)."""
+    agents: dict[uuid.UUID, set[str]] = {s.id: {s.agent} if s.agent else set() for s in sessions}
+    rows = (
+        Chunk.objects.for_principal(principal)
+        .filter(session_id__in=list(agents))
+        .exclude(agent="")
+        .values_list("session_id", "agent")
+        .order_by("session_id", "agent")
+        .distinct()
+    )
+    for session_id, agent in rows:
+        agents[session_id].add(agent)
+    return {session_id: sorted(names) for session_id, names in agents.items()}
 
 
 @require_GET
@@ -740,9 +936,33 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
     )
 
 
-def lineage_data(session: Session, *, limit: int | None = None) -> dict[str, Any]:
-    """The first page of the session's lineage graph, in the lineage API's shape; ``next`` is
-    the API address of the following page."""
+def node_agents(principal: Principal, session_ids: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per session, the agents that wrote its own chunks (a merge's copies of its branches'
+    chunks left out), most chunks first: ``{id: [{"agent", "chunks"}, ...]}``. One query."""
+    rows = (
+        Chunk.objects.for_principal(principal)
+        .filter(session_id__in=session_ids, branch="")
+        .exclude(agent="")
+        .values("session_id", "agent")
+        .annotate(chunks=Count("id"))
+        .order_by()
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(str(row["session_id"]), []).append(
+            {"agent": row["agent"], "chunks": row["chunks"]}
+        )
+    for agents in found.values():
+        agents.sort(key=lambda a: (-a["chunks"], a["agent"]))
+    return found
+
+
+def lineage_data(
+    session: Session, *, principal: Principal, limit: int | None = None
+) -> dict[str, Any]:
+    """The first page of the session's lineage graph, in the lineage API's shape, each node
+    with the agents of its own chunks (``agents``, dominant first; the session's producing
+    agent when no chunk names one); ``next`` is the API address of the following page."""
     limit = limit or LINEAGE_PAGE
     page = session_selectors.lineage_page(session, direction="graph", limit=limit)
     next_url = None
@@ -751,9 +971,16 @@ def lineage_data(session: Session, *, limit: int | None = None) -> dict[str, Any
             f"/api/v1/sessions/{session.id}/lineage/?direction=graph&limit={limit}"
             f"&after={page.next_after}"
         )
+    agents = node_agents(principal, [node.id for node in page.nodes])
+    nodes = SessionOut(page.nodes, many=True).data
+    for node in nodes:
+        own = agents.get(str(node["id"]))
+        if own is None and node.get("agent"):
+            own = [{"agent": node["agent"], "chunks": 0}]
+        node["agents"] = own or []
     return {
         "session": str(session.id),
-        "nodes": SessionOut(page.nodes, many=True).data,
+        "nodes": nodes,
         "edges": LineageEdgeOut(page.edges, many=True).data,
         "next": next_url,
     }
@@ -774,7 +1001,7 @@ def session_lineage(request: HttpRequest, console: Console, session_id: uuid.UUI
         _base(
             console,
             session=session,
-            lineage=lineage_data(session),
+            lineage=lineage_data(session, principal=console.principal),
             assets_installed=vendor_assets_installed(),
             session_url_template=reverse("console:session", args=[uuid.UUID(int=0)]),
             page_size=LINEAGE_PAGE,

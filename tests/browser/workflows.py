@@ -57,3 +57,36 @@ class BrowserStream(flow.Workflow):
             ctx.session.append(text, role="assistant", agent="narrator")
             time.sleep(float(state.get("pause", 0.4)))
         return {**state, "streamed": True}
+
+
+class BrowserFanOut(flow.Workflow):
+    """Plans, researches two angles in parallel branches (each its own agent), and reviews the
+    merged findings: four agents across the lineage of one run (the console's graphs)."""
+
+    name = "browser_fanout"
+
+    @flow.step(entry=True, successors=("split",), effects="none")
+    def plan(self, state, ctx):
+        ctx.session.append("Plan: look at the market and the technology", agent="planner")
+        return {**state, "planned": True}
+
+    @flow.router(successors=("market", "technology"))
+    def split(self, state, ctx):
+        return ["market", "technology"]
+
+    @flow.step(successors=("review",), effects="none")
+    def market(self, state, ctx):
+        for line in ("Market: three competitors", "Market: demand grows"):
+            ctx.session.append(line, role="assistant", agent="market-analyst")
+        return {**state, "market": "up"}
+
+    @flow.step(successors=("review",), effects="none")
+    def technology(self, state, ctx):
+        for line in ("Technology: mature stack", "Technology: one risky part"):
+            ctx.session.append(line, role="assistant", agent="technology-analyst")
+        return {**state, "technology": "ready"}
+
+    @flow.step(join=True, effects="none")
+    def review(self, state, ctx):
+        ctx.session.append("Review: go ahead", role="assistant", agent="reviewer")
+        return {**state, "reviewed": [b["branch"] for b in state["branches"]]}

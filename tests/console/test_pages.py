@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import pytest
+from django.conf import settings
+from django.test import Client
 
-from openrath_project.console import views
+from openrath_project.console import display, views
+from openrath_project.console.templatetags.console_ids import short_id as short_id_filter
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Run
 from sessions_app import services as session_services
@@ -15,7 +19,7 @@ from sessions_app.chunk_rules import make_draft
 from sessions_app.models import Session
 from tests.console.conftest import start
 from tests.runs_app.conftest import drive
-from tests.support import service_missing
+from tests.support import run_manage, service_missing
 
 pytestmark = pytest.mark.django_db
 
@@ -336,3 +340,167 @@ def test_pages_render_for_each_role(login, waiting, needs_review, role):
         f"/console/sessions/{run.session_id}/lineage/",
     ):
         assert client.get(path).status_code == 200, path
+
+
+# --- Ids told apart, the overview's runs, the sessions' agents, labels, favicon ------------------
+
+
+def test_short_ids_show_the_random_tail_with_the_full_id_in_a_title():
+    first = "0198a230-d1c4-7000-8000-3f2b9c1a7e55"
+    second = "0198a230-d1c4-7000-8000-000000c0ffee"
+    assert display.short_id(first) == "…9c1a7e55"
+    assert display.short_id(first) != display.short_id(second)  # same time prefix
+    assert display.short_id(uuid.UUID(second)) == "…00c0ffee"
+    assert display.short_id(None) == display.short_id("") == ""
+    assert display.short_id("abc") == "abc"
+    assert str(short_id_filter(second)) == (f'<abbr class="id" title="{second}">…00c0ffee</abbr>')
+    escaped = "&quot;&gt;&lt;x"
+    assert str(short_id_filter('"><x')) == f'<abbr class="id" title="{escaped}">{escaped}</abbr>'
+
+
+def test_lists_shorten_run_ids_by_their_last_digits(login, waiting):
+    run, interrupt = waiting()
+    client = login("operator")
+    tail = str(run.id).replace("-", "")[-8:]
+    expected = f'<abbr class="id" title="{run.id}">…{tail}</abbr>'
+    for path in ("/console/runs/", "/console/approvals/", f"/console/runs/{run.id}/"):
+        body = _main(client.get(path))
+        assert expected in body, path
+    assert str(run.id)[:8] + "<" not in _main(client.get("/console/runs/"))
+
+
+def test_overview_lists_top_level_runs_with_their_branch_count(
+    transactional_db, login, project, monkeypatch
+):
+    from runs_app import registration
+    from runs_app.registry import WorkflowRegistry
+    from tests.runs_app.workflows import durable
+
+    fanout = WorkflowRegistry()
+    fanout.discover([durable.__name__])
+    monkeypatch.setattr(registration, "workflows", lambda: fanout)
+    parent = drive(fanout, start(fanout, project, "parallel", {}).id)
+    assert parent.status == "succeeded"
+    branches = list(Run.objects.filter(parent=parent))
+    assert len(branches) == 2
+    main = _main(login("viewer").get("/console/"))
+    recent = main[main.index('id="recent-runs"') :]
+    rows = re.findall(r'<tr data-run="([0-9a-f-]+)">', recent)
+    assert rows == [str(parent.id)]  # the branches are not listed as runs of their own
+    assert "· 2 branches" in recent
+    assert display.short_id(parent.id) in recent
+
+
+def test_sessions_list_shows_the_agents_of_each_session(
+    login, project, django_assert_max_num_queries
+):
+    quiet = session_services.session_from_user_message(project=project, text="no agent")
+    busy = session_services.session_from_user_message(project=project, text="research")
+    session_services.chunks_append(
+        session=busy,
+        drafts=[
+            make_draft(role="assistant", kind="message", content={"text": t}, agent=a)
+            for t, a in (("a", "planner"), ("b", "reviewer"), ("c", "planner"))
+        ],
+    )
+    Session.objects.filter(id=quiet.id).update(agent="greeter")
+    client = login("viewer")
+    client.get("/console/sessions/")  # warm: the login's session and the principal
+    extra = session_services.session_from_user_message(project=project, text="one more")
+    session_services.chunks_append(
+        session=extra,
+        drafts=[make_draft(role="assistant", kind="message", content={"text": "x"}, agent="z")],
+    )
+    with django_assert_max_num_queries(12) as captured:
+        body = client.get("/console/sessions/").content.decode()
+    agent_queries = [
+        q for q in captured.captured_queries if '"agent"' in q["sql"] and "chunk" in q["sql"]
+    ]
+    assert len(agent_queries) == 1  # one query for the page, not one per session
+    cells = dict(
+        re.findall(
+            r'<tr data-session="([0-9a-f-]+)">.*?<td class="agents">([^<]*)</td>', body, re.S
+        )
+    )
+    assert cells == {
+        str(extra.id): "z",
+        str(busy.id): "planner, reviewer",
+        str(quiet.id): "greeter",
+    }
+
+
+def test_admin_app_labels_and_project_columns_read_as_words(django_user_model, waiting):
+    run, _ = waiting()
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw-12345678")
+    client = Client()
+    client.force_login(admin)
+    index = client.get(f"/{settings.ADMIN_PATH}").content.decode()
+    for label in ("Runs", "Sessions", "Effects", "Memory", "Tenancy"):
+        assert f">{label}</a>" in index, label
+    for raw in ("Runs_App", "Sessions_App", "Memory_App", "runs_app</a>", "memory_app</a>"):
+        assert raw not in index
+    runs = client.get(f"/{settings.ADMIN_PATH}runs_app/run/").content.decode()
+    row = runs[runs.index(f"{run.id}") :]
+    row = row[: row.index("</tr>")]
+    assert f">{run.project.slug}<" in row
+    assert str(run.project.tenant_id) not in row
+    sessions = client.get(f"/{settings.ADMIN_PATH}sessions_app/session/").content.decode()
+    assert f">{run.project.slug}<" in sessions
+    assert f"{run.project.tenant_id}/" not in sessions
+
+
+def test_the_favicon_is_served_and_linked(login):
+    client = login("viewer")
+    page = client.get("/console/").content.decode()
+    link = re.search(r'<link rel="icon" href="([^"]+)" type="image/svg\+xml">', page)
+    assert link, "no icon link"
+    icon = client.get(link.group(1))
+    assert icon.status_code == 200
+    assert b"<svg" in b"".join(icon.streaming_content if icon.streaming else [icon.content])
+    redirect = client.get("/favicon.ico")  # what a browser asks for on every page
+    assert (redirect.status_code, redirect["Location"]) == (302, link.group(1))
+
+
+def test_staff_see_the_admin_link_and_others_do_not(login, member):
+    assert f'href="/{settings.ADMIN_PATH}"' not in login("admin").get("/console/").content.decode()
+    staff = member("operator", username="staff-operator")
+    staff.is_staff = True
+    staff.save()
+    page = login(user=staff).get("/console/").content.decode()
+    assert f'<a href="/{settings.ADMIN_PATH}">Admin</a>' in page
+
+
+def test_the_admin_login_the_quickstart_prints_opens_the_admin(tmp_path):
+    """The printed command, run as printed (with --noinput for a test), makes a login that the
+    admin lets in; the demo operator it printed is not let in."""
+    env = {"OPENRATH_DATA_DIR": str(tmp_path), "DATABASE_URL": ""}
+    quickstart = run_manage("quickstart", "--no-serve", "--no-demo", env=env)
+    assert quickstart.returncode == 0, quickstart.stderr
+    line = next(x for x in quickstart.stdout.splitlines() if x.strip().startswith("admin login"))
+    command = line.split(":", 1)[1].split("(")[0].split()
+    assert command[:3] == [".venv/bin/python", "manage.py", "createsuperuser"], line
+    made = run_manage(
+        *command[2:],
+        "--noinput",
+        "--email",
+        "admin@example.com",
+        env={**env, "DJANGO_SUPERUSER_PASSWORD": "a-long-admin-password"},
+    )
+    assert made.returncode == 0, made.stderr
+    printed = re.search(r"password '([^']+)'", quickstart.stdout)
+    assert printed, quickstart.stdout
+    operator_password = printed.group(1)
+    login_url = f"/{settings.ADMIN_PATH}login/"
+    check = run_manage(
+        "shell",
+        "-c",
+        "from django.test import Client\n"
+        "for name, password in (('admin', 'a-long-admin-password'), "
+        f"('operator', {operator_password!r})):\n"
+        "    c = Client(HTTP_HOST='localhost')\n"
+        f"    c.post('{login_url}', {{'username': name, 'password': password}})\n"
+        f"    print(name, c.get('/{settings.ADMIN_PATH}').status_code)",
+        env=env,
+    )
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.split()[-4:] == ["admin", "200", "operator", "302"], check.stdout

@@ -1,6 +1,10 @@
 // The lineage graph: Cytoscape.js with the dagre layout (both served by this server).
-// Nodes are sessions coloured by agent, edges are styled by operation; a click opens the
-// session. The first page comes with the page; "Load more" follows the lineage API's `next`.
+// Nodes are sessions coloured by the dominant agent of their own chunks (named in the label and
+// the legend too: colour is never the only signal), edges are styled by operation and labelled
+// at their midpoints on a background; dagre lays the graph out in ranks with node sizes that
+// include the labels, so labels do not overlap. A click opens the session. The first page comes
+// with the page; "Load more" follows the lineage API's `next` (whose nodes carry the session's
+// producing agent only).
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("lineage-data").textContent);
@@ -32,10 +36,23 @@
     return agents.get(agent);
   }
 
-  function label(node) {
-    var title = node.title || String(node.id).slice(0, 8);
-    if (title.length > 26) { title = title.slice(0, 25) + "…"; }
-    return title + "\n" + node.op + " · " + node.length;
+  function clip(text, size) {
+    return text.length > size ? text.slice(0, size - 1) + "…" : text;
+  }
+
+  // The node's agents, dominant first: from its own chunks (the console's first page), else
+  // the agent that produced the session (the API's later pages).
+  function nodeAgents(node) {
+    if (Array.isArray(node.agents) && node.agents.length) {
+      return node.agents.map(function (a) { return String(a.agent); });
+    }
+    return node.agent ? [String(node.agent)] : [];
+  }
+
+  function label(node, agent, others) {
+    var title = clip(node.title || "\u2026" + String(node.id).replace(/-/g, "").slice(-8), 26);
+    var who = clip(agent, 24) + (others > 0 ? " +" + others : "");
+    return title + "\n" + who + "\n" + node.op + " · " + node.length;
   }
 
   var cy = window.cytoscape({
@@ -44,14 +61,18 @@
     style: [
       { selector: "node", style: {
         "background-color": "data(color)", "label": "data(label)", "color": "#1d2330",
-        "font-size": 10, "text-wrap": "wrap", "text-valign": "bottom", "text-margin-y": 4,
-        "width": 26, "height": 26, "border-width": 1, "border-color": "#ffffff"
+        "font-size": 10, "text-wrap": "wrap", "text-max-width": "170px", "text-valign": "bottom",
+        "text-margin-y": 4, "text-background-color": "#ffffff", "text-background-opacity": 0.85,
+        "text-background-padding": 2, "width": 26, "height": 26, "border-width": 1,
+        "border-color": "#ffffff"
       } },
       { selector: "node.focus", style: { "border-width": 5, "border-color": "#1d2330" } },
       { selector: "edge", style: {
         "curve-style": "bezier", "target-arrow-shape": "triangle", "width": "data(width)",
         "line-color": "data(color)", "target-arrow-color": "data(color)", "line-style": "data(style)",
-        "label": "data(op)", "font-size": 8, "color": "#5f6b7a", "text-rotation": "autorotate"
+        "label": "data(op)", "font-size": 8, "color": "#5f6b7a", "text-background-color": "#ffffff",
+        "text-background-opacity": 1, "text-background-padding": 2,
+        "text-background-shape": "roundrectangle"
       } }
     ],
     elements: []
@@ -61,10 +82,12 @@
     var added = [];
     nodes.forEach(function (node) {
       if (cy.getElementById(node.id).nonempty()) { return; }
-      var agent = node.agent || NO_AGENT;
+      var names = nodeAgents(node);
+      var agent = names.length ? names[0] : NO_AGENT;
+      names.slice(1).forEach(agentColor);  // every agent of the graph is in the legend
       added.push({ group: "nodes", data: {
-        id: node.id, label: label(node), agent: agent, color: agentColor(agent), op: node.op,
-        length: node.length, title: node.title || ""
+        id: node.id, label: label(node, agent, names.length - 1), agent: agent, agents: names,
+        color: agentColor(agent), op: node.op, length: node.length, title: node.title || ""
       }, classes: node.id === data.session ? "focus" : "" });
     });
     cy.add(added);
@@ -94,8 +117,9 @@
   }
 
   function relayout() {
-    cy.layout({ name: "dagre", rankDir: "TB", nodeSep: 30, rankSep: 60, fit: true, padding: 24,
-                animate: false }).run();
+    cy.layout({ name: "dagre", rankDir: "TB", ranker: "network-simplex", nodeSep: 50,
+                rankSep: 70, edgeSep: 20, nodeDimensionsIncludeLabels: true, fit: true,
+                padding: 24, animate: false }).run();
     document.getElementById("lineage-count").textContent =
       cy.nodes().length + " session" + (cy.nodes().length === 1 ? "" : "s") + " loaded" +
       (next ? " (more to load)" : "");

@@ -86,6 +86,11 @@
       list.appendChild(item);
       list.scrollTop = list.scrollHeight;
     }
+    showEventCount(event.seq);
+    if ((event.type === "interrupt.resolved" || event.type === "interrupt.expired") && event.data && event.data.interrupt) {
+      disableDecisions('[data-interrupt="' + cssEscape(String(event.data.interrupt)) + '"]');
+    }
+    scheduleFragments();
     if (event.type === "step.completed" && event.step) {
       var node = document.querySelector('#plan-graph g.node[data-node="' + cssEscape(event.step) + '"]');
       if (node) { node.classList.add("visited"); }
@@ -100,6 +105,88 @@
     }
   }
 
+  // The other parts of the run page that its events change (the decision forms, the summary,
+  // the actions, the checkpoints, the state and output, the nav's queue counts) are
+  // server-rendered: after an event or a run message the page itself is re-read (marked with
+  // the fragment header) and those parts are swapped in. A decision form is disabled at once
+  // when its interrupt is decided or the run leaves `waiting`, before the fresh page arrives.
+  var FRAGMENTS = ["console-nav", "run-summary", "run-actions", "run-approvals", "run-checkpoints", "run-data"];
+  var fragmentTimer = null;
+  var fragmentBusy = false;
+  var fragmentAgain = false;
+
+  function scheduleFragments(delay) {
+    if (config.kind !== "run") { return; }
+    if (fragmentBusy) { fragmentAgain = true; return; }
+    clearTimeout(fragmentTimer);
+    fragmentTimer = setTimeout(refreshFragments, delay === undefined ? 300 : delay);
+  }
+
+  function refreshFragments() {
+    fragmentBusy = true;
+    fragmentAgain = false;
+    fetch(location.pathname, {
+      credentials: "same-origin",
+      headers: { Accept: "text/html", "X-OpenRath-Fragment": "1" }
+    })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html) { swapFragments(new DOMParser().parseFromString(html, "text/html")); }
+      })
+      .catch(function () { /* the next event tries again */ })
+      .then(function () {
+        fragmentBusy = false;
+        if (fragmentAgain) { scheduleFragments(0); }
+      });
+  }
+
+  function interruptIds(node) {
+    return (node.getAttribute("data-interrupts") || "").trim();
+  }
+
+  function swapFragments(fresh) {
+    FRAGMENTS.forEach(function (id) {
+      var old = document.getElementById(id);
+      var next = fresh.getElementById(id);
+      if (!old || !next) { return; }
+      if (id === "run-approvals") {
+        // Keep what a person is typing in a form that is still pending.
+        if (interruptIds(old) === interruptIds(next) && !old.hasAttribute("data-stale")) { return; }
+      } else if (old.contains(document.activeElement) && document.activeElement !== document.body) {
+        return;  // not under the person's cursor: a later event swaps it
+      }
+      old.replaceWith(document.importNode(next, true));
+    });
+    var count = fresh.getElementById("events-count");
+    if (count) { showEventCount(Number(count.getAttribute("data-total")) || 0); }
+    var badge = fresh.getElementById("run-status");
+    // The page was read after the event; a message that came in meanwhile re-reads it again.
+    if (badge && badge.getAttribute("data-status")) { setStatus(badge.getAttribute("data-status")); }
+  }
+
+  function showEventCount(total) {
+    var count = document.getElementById("events-count");
+    if (!count) { return; }
+    total = Math.max(total, Number(count.getAttribute("data-total")) || 0, live.after || 0);
+    var shown = document.querySelectorAll("#events li[data-seq]").length;
+    count.setAttribute("data-total", String(total));
+    count.textContent = "(" + total + " event" + (total === 1 ? "" : "s") +
+      (shown !== total ? ", " + shown + " shown" : "") + ")";
+  }
+
+  function disableDecisions(selector) {
+    var box = document.getElementById("run-approvals");
+    if (!box) { return; }
+    box.querySelectorAll(selector).forEach(function (card) {
+      if (card.hasAttribute("data-decided")) { return; }
+      card.setAttribute("data-decided", "");
+      box.setAttribute("data-stale", "");
+      card.querySelectorAll("form.resolve button, form.resolve input, form.resolve select, form.resolve textarea")
+        .forEach(function (control) { control.disabled = true; });
+      card.appendChild(el("p", "muted decided-note", "Decided elsewhere or no longer pending: refreshing…"));
+    });
+  }
+
   function cssEscape(value) {
     return window.CSS && CSS.escape ? CSS.escape(value) : String(value).replace(/"/g, '\\"');
   }
@@ -107,13 +194,10 @@
   function onRun(run) {
     lastRunMessage = Date.now();
     var status = run.status;
-    live.status = status;
-    var badge = document.getElementById("run-status");
-    if (badge && status) {
-      badge.textContent = status;
-      badge.className = "status status-" + status;
-      badge.setAttribute("data-status", status);
-    }
+    var changed = status !== live.status;
+    setStatus(status);
+    if (status && status !== "waiting") { disableDecisions("[data-interrupt]"); }
+    if (changed || fragmentBusy) { scheduleFragments(); }
     var terminal = TERMINAL.indexOf(status) >= 0;
     var next = terminal ? [] : (run.next_nodes || []);
     var nextNode = document.getElementById("run-next");
@@ -134,6 +218,16 @@
     if (terminal) {
       var finished = document.getElementById("run-finished");
       if (finished && finished.textContent.trim() === "—") { finished.textContent = "just now"; }
+    }
+  }
+
+  function setStatus(status) {
+    live.status = status;
+    var badge = document.getElementById("run-status");
+    if (badge && status) {
+      badge.textContent = status;
+      badge.className = "status status-" + status;
+      badge.setAttribute("data-status", status);
     }
   }
 
@@ -183,7 +277,7 @@
     var usage = usageText(chunk.usage);
     if (usage) { head.appendChild(el("span", "usage", usage)); }
     if (chunk.run) {
-      var link = el("a", "run", "run " + String(chunk.run).slice(0, 8) + (chunk.step ? " · " + chunk.step : ""));
+      var link = el("a", "run", "run \u2026" + String(chunk.run).replace(/-/g, "").slice(-8) + (chunk.step ? " · " + chunk.step : ""));
       link.href = "/console/runs/" + chunk.run + "/";
       head.appendChild(link);
     }

@@ -19,6 +19,13 @@ DEMO_USER = "operator"
 #: (a raw token is shown once and never stored, so it cannot be printed again).
 DEMO_TOKEN_NAME = "quickstart"  # noqa: S105 (a token's display name, not a secret)
 
+#: How to get an admin login (the demo operator is no staff member): Django's own command, run
+#: in the same shell and directory as the quickstart so it writes the same database.
+ADMIN_LOGIN_HINT = (
+    ".venv/bin/python manage.py createsuperuser --username admin  (asks for an email and a "
+    "password; a superuser sees every tenant in the admin)"
+)
+
 DEMO_WORKFLOW = "research_team"
 #: One demo run per data directory: re-running the quickstart shows the same run again.
 DEMO_IDEMPOTENCY_KEY = "quickstart-demo"
@@ -82,7 +89,9 @@ class Command(BaseCommand):
             f"OpenRath on Django ({settings.PROFILE} profile, data in {settings.DATA_DIR})",
             f"  console login : {base}/console/  user {DEMO_USER!r}, password {password!r}",
             f"  approvals     : {base}/console/approvals/  (runs: {base}/console/runs/)",
-            f"  admin         : {base}/{settings.ADMIN_PATH}",
+            f"  admin         : {base}/{settings.ADMIN_PATH}  (staff only: the operator above "
+            "cannot open it)",
+            f"  admin login   : {ADMIN_LOGIN_HINT}",
             f"  API docs      : {base}/api/v1/docs/",
             f"  API token     : {raw}"
             + (
