@@ -189,22 +189,27 @@ def checkpoint_commit(
     event_data.setdefault("next", commit.next_nodes)
     if commit.finish is not None:
         check_transition("running", commit.finish)
+    stored = _Stored(stored_state, full, state_digest, event_data)
     if composed.composed_sql() and commit.finish in (None, "succeeded"):
-        seq = _sql_commit(claim, commit, stored_state, full, state_digest, event_data)
+        seq = _sql_commit(claim, commit, stored)
     else:
-        seq = _orm_commit(claim, commit, stored_state, full, state_digest, event_data)
+        seq = _orm_commit(claim, commit, stored)
     keyframes.stored(full=full, length=stored_len)
     return seq
 
 
-def _sql_commit(
-    claim: Claim,
-    commit: StepCommit,
-    stored_state: Any,
-    full: bool,
-    state_digest: str,
-    event_data: dict[str, Any],
-) -> int:
+@dataclass(frozen=True)
+class _Stored:
+    """What the checkpoint of a step commit stores: the state whole or as a delta, its digest
+    and the step event's data (the same on both commit paths)."""
+
+    state: Any
+    full: bool
+    digest: str
+    event_data: dict[str, Any]
+
+
+def _sql_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
     drafts = commit.chunks
     finishing = commit.finish == "succeeded"
     params = {
@@ -213,12 +218,12 @@ def _sql_commit(
         "lease": Int8(claim.lease_seconds or default_lease_seconds()),
         "next_nodes": json.dumps([] if finishing else commit.next_nodes),
         "step": commit.step,
-        "full": full,
-        "state": json.dumps(stored_state),
-        "digest": state_digest,
+        "full": stored.full,
+        "state": json.dumps(stored.state),
+        "digest": stored.digest,
         "attempt": Int8(commit.attempt),
         "event": commit.event,
-        "event_data": json.dumps(event_data),
+        "event_data": json.dumps(stored.event_data),
         **session_sql.append_params(drafts),
     }
     if finishing:
@@ -238,14 +243,7 @@ def _sql_commit(
     return int(rows[0][4])
 
 
-def _orm_commit(
-    claim: Claim,
-    commit: StepCommit,
-    stored_state: Any,
-    full: bool,
-    state_digest: str,
-    event_data: dict[str, Any],
-) -> int:
+def _orm_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
     """The portable step commit: the same rows as the composed statement, in one transaction
     that locks the run row first (the one lock order: run, then what belongs to it)."""
     finish = commit.finish
@@ -268,16 +266,19 @@ def _orm_commit(
             seq=run.checkpoint_seq,
             step=commit.step,
             next_nodes=run.next_nodes,
-            full=full,
-            state=stored_state,
-            state_digest=state_digest,
+            full=stored.full,
+            state=stored.state,
+            state_digest=stored.digest,
             session_id=run.session_id,
             session_len=run.session_len,
             fencing_token=claim.token,
             attempt=commit.attempt,
         )
-        event_data["checkpoint"] = run.checkpoint_seq
-        event_data["chunks"] = len(commit.chunks)
+        event_data = {
+            **stored.event_data,
+            "checkpoint": run.checkpoint_seq,
+            "chunks": len(commit.chunks),
+        }
         add_event(run, commit.event, step=commit.step, data=event_data)
         fields = ["checkpoint_seq", "session_len", "next_nodes", "attempt", "event_seq"]
         if finish is not None:
