@@ -139,6 +139,9 @@ def _service_port_range() -> range:
     return range(20000, max(low, 21000))
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def _bindable(ports: range) -> bool:
     sockets: list[socket.socket] = []
     try:
@@ -160,18 +163,15 @@ def consecutive_free_ports(count: int) -> int:
     span = _service_port_range()
     for _ in range(500):
         base = span.start + secrets.randbelow(len(span) - count)
-        if _bindable(range(base, base + count)):
+        ports = range(base, base + count)
+        # Never the same port twice in one process: a port handed out a moment ago may not be
+        # bound yet by the server it was meant for.
+        if _HANDED_OUT.isdisjoint(ports) and _bindable(ports):
+            _HANDED_OUT.update(ports)
             return base
     raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
 
 
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on 127.0.0.1 a moment ago, from the service range above."""
-    ports: list[int] = []
-    for _ in range(count):
-        while True:
-            port = consecutive_free_ports(1)
-            if port not in ports:
-                ports.append(port)
-                break
-    return ports
+    return [consecutive_free_ports(1) for _ in range(count)]

@@ -113,8 +113,9 @@ def _migrate_if_needed(data_dir: Path) -> None:
 
     from openrath_project.tenancy.dbroles import unapplied_migrations
 
-    if not unapplied_migrations():
-        return
+    # The check is under the lock too: on a fresh directory the first connection creates the
+    # SQLite file and switches it to WAL, which another process starting at the same moment
+    # cannot wait for (SQLite answers "database is locked" at once, whatever the busy timeout).
     with _file_lock(data_dir / MIGRATE_LOCK):
         if unapplied_migrations():  # another process may have migrated while we waited
             call_command("migrate", interactive=False, verbosity=0, stdout=io.StringIO())

@@ -90,6 +90,7 @@ PUBLIC: dict[str, str] = {
     "api/v1/docs/": "the Swagger UI page (offline assets); its calls to the API need a token",
     "console/login/": "the console's login form",
     "console/logout/": "ends the caller's own console login; nothing else",
+    "favicon.ico": "a redirect to the console's static icon",
     f"{django_settings.ADMIN_PATH}login/": "the admin's login form",
     f"{django_settings.ADMIN_PATH}logout/": "ends the caller's own admin login; nothing else",
 }
@@ -827,6 +828,7 @@ def test_every_route_is_swept_or_public():
         "metrics",
         "api",
         "console",
+        "favicon.ico",
         django_settings.ADMIN_PATH.strip("/"),
     }
     assert len(served) == len(covered) + len(PUBLIC)
@@ -1387,6 +1389,7 @@ def test_public_routes_hold_no_tenant_data(make_world, settings):
         "api/v1/docs/": ("GET", "/api/v1/docs/"),
         "console/login/": ("GET", "/console/login/"),
         "console/logout/": ("POST", "/console/logout/"),
+        "favicon.ico": ("GET", "/favicon.ico"),
         f"{django_settings.ADMIN_PATH}login/": ("GET", f"{ADMIN}login/"),
         f"{django_settings.ADMIN_PATH}logout/": ("POST", f"{ADMIN}logout/"),
     }
