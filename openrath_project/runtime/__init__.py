@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from openrath_project.runtime import models as _models
+
 _EXPORTS: dict[str, str] = {
     "LocalRuntime": "openrath_project.runtime.local:LocalRuntime",
     "RunStore": "openrath_project.runtime.store:RunStore",
@@ -20,26 +22,12 @@ _EXPORTS: dict[str, str] = {
     "reconcile_stale_effects": "openrath_project.runtime.effects:reconcile_stale_effects",
     "Reconciliation": "openrath_project.runtime.effects:Reconciliation",
 }
+#: The pure values and errors (no Django): every public name of ``runtime.models`` but its
+#: freeze/thaw helpers.
 _PURE: dict[str, str] = {
     name: f"openrath_project.runtime.models:{name}"
-    for name in (
-        "ApprovalDecision",
-        "ApprovalDecisionKind",
-        "Checkpoint",
-        "ConflictError",
-        "Interrupt",
-        "InterruptKind",
-        "InvalidRunTransition",
-        "Invocation",
-        "InvocationStatus",
-        "PlanMismatchError",
-        "Run",
-        "RunEvent",
-        "RunStatus",
-        "SchemaValidationError",
-        "UnsupportedOperation",
-        "assert_transition",
-    )
+    for name in _models.__all__
+    if name not in ("freeze", "thaw")
 }
 
 
