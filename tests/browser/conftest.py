@@ -40,8 +40,9 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = REPO / "test-artifacts"
 VENDOR = REPO / "openrath_project" / "console" / "assets" / "node_modules"
-#: Playwright's wait for anything on a page (a browser test stays well under 30 s).
-TIMEOUT_MS = 10_000
+#: Playwright's wait for anything on a page: generous, so a loaded machine does not fail a test
+#: that would pass (a wait ends as soon as the page shows what it waits for).
+TIMEOUT_MS = 30_000
 
 
 def require_browser() -> Any:

@@ -250,8 +250,9 @@ def test_a_setsid_child_dies_at_the_timeout(root: Path, probe) -> None:
     )
 
     assert result.timed_out is True
-    assert time.monotonic() - started < 10
-    assert _wait_gone(token) == []
+    # Far below the 987 s sleep: the 1 s limit ended it (the margin is for a loaded machine).
+    assert time.monotonic() - started < 120
+    assert _wait_gone(token, seconds=60) == []
 
 
 def test_a_setsid_child_does_not_outlive_a_finished_command(root: Path, probe) -> None:
