@@ -16,6 +16,14 @@ In the same run it measures a floor: raw psycopg ``INSERT`` of a step's delta + 
   session chunk): checkpoint table bytes (with TOAST and indexes) / logical bytes (the messages'
   JSON), and step time, median of the last ten / the first ten. Targets: <= 3 and <= 1.2.
   ``--messages-only`` runs just this workload.
+* W1 through ``flow.LocalRuntime`` (issue 17), ``--local-runtime``: the same 20-step runs
+  submitted with ``LocalRuntime.submit`` and executed with ``work_once``, in blocks alternated
+  with the worker path (``run_one``): per-step p50/p99 of both, and the database round trips of
+  both, counted at the libpq boundary in a child process (``PSYCOPG_IMPL=python``, every request
+  the client library sends: statements, BEGIN/COMMIT, prepares; the composed claim and step
+  commit bypass Django's cursor, so ``execute_wrapper`` would miss them). Per step is the
+  difference between 200-step and 20-step runs over 180 steps. Target: no extra round trip per
+  step. Rewrites its own section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -284,13 +292,224 @@ def run_workers(env: dict[str, str], workers: int, expected_runs: int) -> float:
     return elapsed
 
 
+def bench_context():
+    """The LocalRuntime's context: the benchmark's tenant and project (``bench``/``bench``)."""
+    from openrath_project.context import RunContext
+    from openrath_project.security import Principal, PrincipalKind, SecurityContext
+
+    principal = Principal(id="bench", kind=PrincipalKind.SERVICE)
+    return RunContext(
+        security=SecurityContext(principal=principal, tenant_id="bench"), project="bench"
+    )
+
+
+def local_runtime(module: str):
+    """A ``flow.LocalRuntime`` with the benchmark's 20- and 200-step workflows registered as
+    instances, as an OpenRath script does."""
+    import importlib
+
+    from openrath_project import flow
+
+    workflows = importlib.import_module(module)
+    runtime = flow.LocalRuntime()
+    bench20, bench200 = workflows.Bench20(), workflows.Bench200()
+    runtime.register(bench20)
+    runtime.register(bench200)
+    return runtime, {"bench20": bench20, "bench200": bench200}
+
+
+#: libpq requests, one round trip each outside pipeline mode (which nothing here uses).
+ROUND_TRIP_METHODS = (
+    "send_query",
+    "send_query_params",
+    "send_query_prepared",
+    "send_prepare",
+    "send_describe_prepared",
+    "send_describe_portal",
+    "send_close_prepared",
+    "send_close_portal",
+    "exec_",
+    "exec_params",
+    "exec_prepared",
+    "prepare",
+    "describe_prepared",
+    "describe_portal",
+    "close_prepared",
+    "close_portal",
+)
+
+
+def count_round_trips(module: str, runs: int) -> dict:
+    """In a child with ``PSYCOPG_IMPL=python``: the round trips of submitting and of executing
+    ``runs`` runs of 20 and of 200 steps down each path. One warm-up run per path and workflow
+    first (connection set-up, prepared statements)."""
+    import psycopg.pq
+
+    from openrath_project.tenancy.models import Project
+    from runs_app.executor import run_one
+    from runs_app.registration import workflows
+
+    assert psycopg.pq.__impl__ == "python", "run with PSYCOPG_IMPL=python"
+    counter = {"n": 0}
+    pgconn = psycopg.pq.PGconn
+    for name in ROUND_TRIP_METHODS:
+        original = getattr(pgconn, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            counter["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        setattr(pgconn, name, counted)
+
+    project = Project.objects.get(slug="bench")
+    registry = workflows()
+    runtime, instances = local_runtime(module)
+    context = bench_context()
+
+    def worker_submit(name):
+        return create_runs(project, registry.get(name), 1)[0]
+
+    def worker_execute():
+        while run_one("bench-count", registry=registry) is not None:
+            pass
+
+    def local_submit(name):
+        return runtime.submit(instances[name], context=context, state={}).id
+
+    def local_execute():
+        while runtime.work_once(worker_id="bench-count-local") is not None:
+            pass
+
+    paths = {"worker": (worker_submit, worker_execute), "local": (local_submit, local_execute)}
+    result: dict = {}
+    for path, (submit, execute) in paths.items():
+        for name in ("bench20", "bench200"):
+            submit(name)
+            execute()  # warm-up
+            counter["n"] = 0
+            for _ in range(runs):
+                submit(name)
+            submitted = counter["n"]
+            counter["n"] = 0
+            execute()
+            result.setdefault(path, {})[name] = {
+                "runs": runs,
+                "submit": submitted / runs,
+                "execute": counter["n"] / runs,
+            }
+    return result
+
+
+def local_runtime_section(project, registry, module: str, module_dir: Path, url: str, runs: int):
+    """W1 down both paths, alternated in blocks, and the round trips counted in a child."""
+    from runs_app.executor import run_one
+    from runs_app.models import Run
+
+    runtime, instances = local_runtime(module)
+    context = bench_context()
+    load_before = os.getloadavg()[0]
+    ids: dict[str, list] = {"worker": [], "local": []}
+    spent = {"worker": 0.0, "local": 0.0}
+    for block in range(10):  # alternated, and which path goes first alternates too
+        for path in ("worker", "local") if block % 2 == 0 else ("local", "worker"):
+            if path == "worker":
+                batch = create_runs(project, registry.get("bench20"), runs // 10)
+                started = time.perf_counter()
+                while run_one("bench-w1", registry=registry) is not None:
+                    pass
+            else:
+                batch = [
+                    runtime.submit(instances["bench20"], context=context, state={}).id
+                    for _ in range(runs // 10)
+                ]
+                started = time.perf_counter()
+                while runtime.work_once(worker_id="bench-w1-local") is not None:
+                    pass
+            spent[path] += time.perf_counter() - started
+            ids[path] += batch
+    for path, run_ids in ids.items():
+        assert Run.objects.filter(id__in=run_ids, status="succeeded").count() == len(run_ids), path
+    latency = {path: step_latencies(run_ids) for path, run_ids in ids.items()}
+    load_after = os.getloadavg()[0]
+
+    counted_runs = 5
+    child = subprocess.run(
+        [sys.executable, __file__, "--count-round-trips", url, "--runs", str(counted_runs)],
+        env={
+            **os.environ,
+            "PSYCOPG_IMPL": "python",
+            "PYTHONPATH": f"{REPO}{os.pathsep}{module_dir}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"round-trip count failed:\n{child.stderr}")
+    trips = json.loads(child.stdout.strip().splitlines()[-1])
+
+    def per_step(path: str) -> float:
+        long, short = trips[path]["bench200"]["execute"], trips[path]["bench20"]["execute"]
+        return (long - short) / (W3_STEPS - STEPS)
+
+    def fixed(path: str) -> float:
+        return trips[path]["bench20"]["execute"] - STEPS * per_step(path)
+
+    ratio = median_ms(latency["local"]) / median_ms(latency["worker"])
+    labels = {"worker": "worker path (`run_one`)", "local": "`flow.LocalRuntime` (`work_once`)"}
+    lines = [
+        f"### W1 through flow.LocalRuntime ({len(ids['local'])} workflows x {STEPS} steps "
+        "per path, one process)\n",
+        "| path | step p50 ms | step p99 ms | whole runs, ms per step | round trips per step | "
+        "per run besides steps: execute | submit |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path in ("worker", "local"):
+        lines.append(
+            f"| {labels[path]} | {median_ms(latency[path]):.3f} | {p99_ms(latency[path]):.3f} | "
+            f"{spent[path] / (len(ids[path]) * STEPS) * 1000:.3f} | {per_step(path):.2f} | "
+            f"{fixed(path):.2f} | {trips[path]['bench20']['submit']:.2f} |"
+        )
+    lines.append(
+        f"\nRound trips per step, LocalRuntime minus worker path: "
+        f"**{per_step('local') - per_step('worker'):+.2f}** (target: 0). Step latency ratio "
+        f"p50 LocalRuntime / worker path: **{ratio:.2f}**. "
+        "Step times are the intervals between a run's consecutive checkpoints (database "
+        "clock), from 10 alternated blocks; round trips are every libpq request of "
+        f"{counted_runs} runs of {STEPS} and of {W3_STEPS} steps per path, after a warm-up "
+        "run (child process, pure-Python libpq binding: counts only, no timings taken there). "
+        "Per step = (200-step run - 20-step run) / 180: one round trip, the step's composed "
+        "commit (the last one also finishes the run). Per run besides the steps, both paths: "
+        "the claim, reading the run and its session, and the empty claim that ends the loop "
+        "(counted once, spread over the runs); the worker path adds Django's connection "
+        "health check (`close_old_connections` before each claim), `work_once` two reads of "
+        "the run (is a retry due; the `Run` it returns). Submission: `services.run_create` "
+        "called directly versus `LocalRuntime.submit`, which also looks the project up and "
+        "reads the stored run back to return it. 1-minute load average when the timed blocks "
+        f"started / ended: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores.\n"
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432")
     parser.add_argument("--messages-only", action="store_true", help="run W3m only, print it")
     parser.add_argument("--database", default="openrath_bench_runs", help="dropped and made anew")
+    parser.add_argument(
+        "--local-runtime",
+        action="store_true",
+        help="W1 through flow.LocalRuntime next to the worker path (round trips and latency)",
+    )
+    parser.add_argument("--count-round-trips", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.count_round_trips:  # the child of --local-runtime, on its database
+        setup_django(args.count_round_trips)
+        print(json.dumps(count_round_trips(os.environ["OPENRATH_WORKFLOW_MODULES"], args.runs)))
+        return
     module_dir = Path(tempfile.mkdtemp(prefix="openrath-bench-wf-"))
     module = workflow_module(module_dir)
     sys.path.insert(0, str(module_dir))
@@ -312,6 +531,19 @@ def main() -> None:
     registry = workflows()
     if args.messages_only:
         print(messages_section(project, registry))
+        return
+    if args.local_runtime:
+        body = local_runtime_section(
+            project, registry, module, module_dir, url, 20 if args.quick else 100
+        )
+        print(body)
+        if not args.quick:
+            write_section(
+                "runs-local",
+                "W1 through flow.LocalRuntime (PostgreSQL)",
+                body,
+                f"python benchmarks/runs.py --local-runtime --database {args.database}",
+            )
         return
     w1_runs = 20 if args.quick else 100
     w2_runs = 40 if args.quick else 200
