@@ -26,6 +26,34 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value).encode()).hexdigest()
 
 
+def measure(value: Any, limit: int) -> int:
+    """``len(canonical(value))`` when that is at most ``limit``, else some number above it:
+    long lists and large objects are measured piece by piece and stop once over the limit, so
+    asking whether a value is small (a delta shorter than a long list, a state value that fits
+    inline) costs about ``limit``, not the value's size."""
+    kind = type(value)
+    if kind is dict and value:
+        size = 1  # "{", then per member: key ":" value and "," or "}"
+        for key, item in value.items():
+            size += len(canonical(key)) + 2 + measure(item, limit - size)
+            if size > limit:
+                return size
+        return size
+    if kind is list and len(value) > _PIECE:
+        size, start, piece = 1, 0, _PIECE  # "[", then per piece its items and separators
+        while start < len(value):
+            size += len(canonical(value[start : start + piece])) - 1
+            if size > limit:
+                return size
+            start, piece = start + piece, piece * 2
+        return size
+    return len(canonical(value))
+
+
+#: The first piece of a long list :func:`measure` encodes; each next piece is twice as long.
+_PIECE = 8
+
+
 def nul_path(value: Any, path: str = "$") -> str | None:
     """The JSONPath-like location of the first string (or object key) holding a NUL, or None."""
     stack: list[tuple[Any, str]] = [(value, path)]

@@ -1,33 +1,45 @@
 """Large JSON values live in the artifact store; rows keep a small reference to them.
 
-A run's state is copied into every checkpoint (as a delta, with a keyframe every 32); a step
-that puts a 5 MB document into its state would otherwise write megabytes per step and bloat
-the run row, its checkpoints and the WAL. Instead, each top-level state value whose JSON is
-longer than ``OPENRATH_STATE_INLINE_BYTES`` (default 64 KiB) is stored content-addressed
-(:mod:`openrath_project.artifacts`) and replaced by a reference::
+A step that puts a 5 MB document into its state, or keeps a conversation of thousands of
+messages there, would otherwise write megabytes into the run row and its checkpoints. Instead,
+each top-level state value whose JSON is longer than ``OPENRATH_STATE_INLINE_BYTES`` (default
+64 KiB) is stored content-addressed (:mod:`openrath_project.artifacts`) and replaced by a
+reference. A value is one artifact::
 
     {"$artifact": {"digest": "<sha256>", "size": 5242880, "media_type": "application/json"}}
+
+and a long list is its items cut into blocks of about the limit each (an artifact holding a
+JSON list) followed by an inline tail shorter than the limit::
+
+    {"$artifact": {"blocks": [{"digest": "<sha256>", "size": 65590, "items": 131}, ...],
+                   "tail": [...]}}
+
+so a list that grows at the end writes each item once: into the tail (a state delta's
+``append``), then into the one block it is sealed in. Blocks are cut by a rule that depends
+only on the items, so the same list is the same blocks however it was built.
 
 Steps never see references: the executor hands them the state with every reference resolved
 (:func:`hydrate`), verified against its digest on read. Identical values are stored once per
 tenant, so a value carried unchanged from step to step costs one reference per checkpoint.
 The API shows references as they are; ``GET /api/v1/runs/<id>/artifacts/<digest>/`` returns
-the value behind one.
+the value (or block) behind one.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.conf import settings
 
 from openrath_project.artifacts import artifact_get, artifact_put
+from openrath_project.jsontext import measure
 
 REF_KEY = "$artifact"
 JSON_MEDIA_TYPE = "application/json"
+_MISSING = object()
 
 
 def inline_limit() -> int:
@@ -39,10 +51,15 @@ def _encode(value: Any) -> bytes:
 
 
 def is_ref(value: Any) -> bool:
-    """Whether ``value`` is exactly a reference (one key, with a digest, size and media type)."""
+    """Whether ``value`` is exactly a reference: to one value (a digest, size and media type)
+    or to a long list (its sealed blocks and its tail)."""
     if not (isinstance(value, dict) and len(value) == 1 and REF_KEY in value):
         return False
     inner = value[REF_KEY]
+    return _is_value_ref(inner) or _is_list_ref(inner)
+
+
+def _is_value_ref(inner: Any) -> bool:
     return (
         isinstance(inner, dict)
         and isinstance(inner.get("digest"), str)
@@ -51,49 +68,95 @@ def is_ref(value: Any) -> bool:
     )
 
 
-def offload(tenant_id: uuid.UUID | str, state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with each top-level value over the inline limit stored as an artifact."""
+def _is_list_ref(inner: Any) -> bool:
+    return (
+        isinstance(inner, dict)
+        and inner.keys() == {"blocks", "tail"}
+        and isinstance(inner["blocks"], list)
+        and isinstance(inner["tail"], list)
+    )
+
+
+def offload(
+    tenant_id: uuid.UUID | str,
+    state: dict[str, Any],
+    *,
+    before: dict[str, Any] | None = None,
+    changed: Collection[str] = (),
+    appended: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """``state`` with each top-level value over the inline limit stored as artifacts.
+
+    With ``before`` (the stored form of the state ``state`` was made from), only the keys in
+    ``changed`` are looked at: the others keep their stored form. ``appended`` names the
+    changed keys whose list only grew at the end, and by how many items: a long list stored in
+    blocks then seals only what it gained (so a list that grows a message a step costs its new
+    messages, not its length)."""
     limit = inline_limit()
-    if len(_encode(state)) <= limit:  # the common case: one encoding, nothing to store
-        return state
+    if before is None and measure(state, limit) <= limit:
+        return state  # the common case: nothing to store, nothing encoded past the limit
+    appended = appended or {}
     out: dict[str, Any] = {}
     for key, value in state.items():
-        if is_ref(value) or not isinstance(value, dict | list | str):
-            out[key] = value
-            continue
-        data = _encode(value)
-        if len(data) <= limit:
-            out[key] = value
-            continue
-        ref = artifact_put(tenant_id=tenant_id, data=data, media_type=JSON_MEDIA_TYPE)
-        out[key] = {
-            REF_KEY: {"digest": ref.digest, "size": ref.size, "media_type": JSON_MEDIA_TYPE}
-        }
+        stored: Any = before.get(key, _MISSING) if before is not None else _MISSING
+        if stored is not _MISSING and key not in changed:
+            out[key] = stored
+        elif key in appended and is_ref(stored) and _is_list_ref(stored[REF_KEY]):
+            inner = stored[REF_KEY]
+            gained = value[len(value) - appended[key] :]
+            out[key] = _list_ref(tenant_id, list(inner["blocks"]), [*inner["tail"], *gained])
+        else:
+            out[key] = _stored_value(tenant_id, value, limit)
     return out
+
+
+def _stored_value(tenant_id: uuid.UUID | str, value: Any, limit: int) -> Any:
+    """A top-level value as it is stored: as it is when small, else a reference."""
+    if is_ref(value) or not isinstance(value, dict | list | str):
+        return value
+    if measure(value, limit) <= limit:
+        return value
+    if isinstance(value, list):
+        return _list_ref(tenant_id, [], list(value))
+    ref = artifact_put(tenant_id=tenant_id, data=_encode(value), media_type=JSON_MEDIA_TYPE)
+    return {REF_KEY: {"digest": ref.digest, "size": ref.size, "media_type": JSON_MEDIA_TYPE}}
+
+
+def _list_ref(tenant_id: uuid.UUID | str, blocks: list[Any], tail: list[Any]) -> dict[str, Any]:
+    """A long list as sealed blocks and a tail: the tail's items are sealed into a block (an
+    artifact holding their JSON list) each time they reach the inline limit, from the start
+    of the tail. The rule depends only on the items, so a list stored at once and the same list
+    grown item by item are cut into the same blocks, and a block once written is never
+    written again."""
+    limit = inline_limit()
+    start, size = 0, 0
+    for index, item in enumerate(tail):
+        size += len(_encode(item)) + 1
+        if size >= limit:
+            data = _encode(tail[start : index + 1])
+            ref = artifact_put(tenant_id=tenant_id, data=data, media_type=JSON_MEDIA_TYPE)
+            blocks.append({"digest": ref.digest, "size": ref.size, "items": index + 1 - start})
+            start, size = index + 1, 0
+    return {REF_KEY: {"blocks": blocks, "tail": tail[start:]}}
 
 
 def hydrate(tenant_id: uuid.UUID | str, value: Any) -> Any:
     """A fresh copy of ``value`` with every reference in it (at any depth) resolved."""
     if is_ref(value):
-        loaded = json.loads(artifact_get(tenant_id=tenant_id, digest=value[REF_KEY]["digest"]))
+        inner = value[REF_KEY]
+        if _is_list_ref(inner):
+            items: list[Any] = []
+            for block in inner["blocks"]:
+                items.extend(json.loads(artifact_get(tenant_id=tenant_id, digest=block["digest"])))
+            items.extend(inner["tail"])
+            return [hydrate(tenant_id, item) for item in items]
+        loaded = json.loads(artifact_get(tenant_id=tenant_id, digest=inner["digest"]))
         return hydrate(tenant_id, loaded)
     if isinstance(value, dict):
         return {key: hydrate(tenant_id, item) for key, item in value.items()}
     if isinstance(value, list):
         return [hydrate(tenant_id, item) for item in value]
     return value
-
-
-def refs_in(value: Any) -> Iterator[str]:
-    """The digests of the references in ``value`` (not of references inside stored values)."""
-    if is_ref(value):
-        yield value[REF_KEY]["digest"]
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from refs_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from refs_in(item)
 
 
 def mentions(value: Any, digest: str, *, inside: bool = False) -> bool:

@@ -29,7 +29,6 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from effects_app.services import LedgerDecisions, effect_call
-from openrath_project import large_values
 from openrath_project.context import RunContext
 from openrath_project.errors import DomainError
 from openrath_project.jsonlog import log_context
@@ -57,7 +56,7 @@ from runs_app.plan import (
     check_state,
 )
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow, WorkflowRegistry
-from runs_app.state_delta import check_json_state
+from runs_app.state_track import StateTrack
 from runs_app.step import StepRef
 from sessions_app import context as session_context
 from sessions_app import services as session_services
@@ -522,8 +521,12 @@ def _execute(
     steps = 0
     joining = bool(run.fanout) and node_id == (run.fanout or {}).get("join")
     if joining:
-        state, merged = _join_inputs(run, state, claim)
+        joined, merged = _join_inputs(run, state, claim)
+        track = StateTrack(run.tenant_id, joined, committed=state)
+        state = joined
         session = merged or session
+    else:
+        track = StateTrack(run.tenant_id, state)
     buffer = session_context.StepBuffer(session.id, run.tenant_id, session.length)
     budgets = _has_budgets(run, session)
     fence = session_context.Fence(run.id, claim.token)
@@ -560,7 +563,7 @@ def _execute(
         try:
             try:
                 # A fresh copy the handler may mutate, with large values read back from artifacts.
-                working_state = large_values.hydrate(run.tenant_id, state)
+                working_state = track.working_copy()
                 with (
                     session_context.writing(
                         actor=f"run:{run.id}",
@@ -632,20 +635,19 @@ def _execute(
                         join=route.join,
                         state=state,
                         checkpoint_seq=checkpoint_seq,
-                        previous_state=state,
+                        previous_state=track.committed,
                         attempt=attempt,
                         chunks=buffer.take(),
                     )
                     return Outcome("waiting", steps)
-                new_state, next_nodes = state, [route.targets[0]]
+                change, next_nodes = None, [route.targets[0]]
                 event, event_data = "router.decided", {"choice": route.targets[0]}
             else:
-                returned = check_json_state(
+                change = track.change(
                     working_state if result is None else result,
                     where=f"the state step {node_id!r} returned",
                 )
-                check_state(plan, returned, step=node_id)
-                new_state = large_values.offload(run.tenant_id, returned)
+                check_state(plan, change.snapshot, step=node_id)
                 next_nodes, event, event_data = list(node.successors), "step.completed", {}
         except (RouteError, TypeError, StateSchemaError) as exc:
             # Not retried: the same code returns the same thing again (as in OpenRath).
@@ -662,8 +664,8 @@ def _execute(
         if commits:
             commit = services.StepCommit(
                 step=node_id,
-                state=new_state,
-                previous_state=state,
+                state=state if change is None else change.stored,
+                previous_state=track.committed,
                 next_nodes=next_nodes,
                 attempt=attempt,
                 event=event,
@@ -674,6 +676,10 @@ def _execute(
             checkpoint_seq = services.checkpoint_commit(
                 claim=claim, commit=commit, checkpoint_seq=checkpoint_seq, keyframes=keyframes
             )
+        if change is not None:
+            track.advance(change, committed=commits)
+        elif commits:
+            track.checkpointed()
         if not next_nodes:
             return Outcome("succeeded", steps)
         if commits and max_steps is not None and steps >= max_steps:
@@ -681,7 +687,7 @@ def _execute(
         if joining:
             services.fanout_clear(claim=claim)
             joining = False
-        state, node_id, attempt = new_state, next_nodes[0], 1
+        state, node_id, attempt = track.stored, next_nodes[0], 1
 
 
 def _check_overrun(node: PlanNode, started: float) -> None:

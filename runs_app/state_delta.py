@@ -30,11 +30,12 @@ would show. Applying the delta to the previous state gives the new one exactly;
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 from openrath_project.errors import ValidationFailed
-from openrath_project.jsonlimits import json_problem
-from openrath_project.jsontext import canonical
+from openrath_project.jsonlimits import MAX_VALUE_DEPTH, json_problem, string_problem
+from openrath_project.jsontext import canonical, measure
 
 JSONDict = dict[str, Any]
 JSONList = list[Any]
@@ -109,6 +110,9 @@ def diff_list(old: JSONList, new: JSONList) -> JSONDict:
     and removals of one run of elements, and changes inside elements, cost what they change;
     edits at several places cost the span between the first and the last."""
     old_len, new_len = len(old), len(new)
+    if new_len >= old_len and _exactly_equal(old, new[:old_len] if new_len > old_len else new):
+        # The common case, at C speed: the list is as it was, or grew at the end.
+        return {"append": new[old_len:]} if new_len > old_len else {}
     prefix, shorter = 0, min(old_len, new_len)
     while prefix < shorter and _same(old[prefix], new[prefix]):
         prefix += 1
@@ -190,7 +194,7 @@ def _change(old: Any, new: Any) -> tuple[str, Any]:
     # A nested delta only pays when it is shorter than the value itself, counting the part
     # it goes in (`"list":{},`): else a small list's append would make the whole delta longer.
     limit = len(canonical(nested)) + len(kind) + 6
-    return (kind, nested) if _measure(new, limit) > limit else ("set", new)
+    return (kind, nested) if measure(new, limit) > limit else ("set", new)
 
 
 def _replace(start: int, count: int, items: JSONList, *, at_end: bool) -> JSONDict:
@@ -206,6 +210,20 @@ def _index(key: str, length: int) -> int:
     if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < length):
         raise DeltaMismatch(f"element {key!r} outside a list of {length}")
     return int(key)
+
+
+def _exactly_equal(a: JSONList, b: JSONList) -> bool | None:
+    """Whether two lists are exactly equal (:func:`_same`), decided at C speed where that can
+    be done: ``False`` when ``==`` says they differ (exactly equal values are equal), ``True``
+    when they are also pickled alike (pickle writes ``True``, ``1`` and ``1.0`` apart, and
+    ``-0.0`` as itself), ``None`` when only the element walk can tell (keys in another order,
+    objects shared differently, values that are not plain JSON)."""
+    try:
+        if a != b:
+            return False
+        return True if pickle.dumps(a, 5) == pickle.dumps(b, 5) else None
+    except Exception:  # noqa: BLE001 - not JSON: let the walk (and the state check) decide
+        return None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -241,33 +259,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _measure(value: Any, limit: int) -> int:
-    """``len(canonical(value))`` when that is at most ``limit``, else some number above it:
-    long lists and large objects are measured piece by piece and stop once over the limit,
-    so deciding that a small delta beats a long list does not encode the whole list."""
-    kind = type(value)
-    if kind is dict and value:
-        size = 1  # "{", then per member: key ":" value and "," or "}"
-        for key, item in value.items():
-            size += len(canonical(key)) + 2 + _measure(item, limit - size)
-            if size > limit:
-                return size
-        return size
-    if kind is list and len(value) > _PIECE:
-        size, start, piece = 1, 0, _PIECE  # "[", then per piece its items and separators
-        while start < len(value):
-            size += len(canonical(value[start : start + piece])) - 1
-            if size > limit:
-                return size
-            start, piece = start + piece, piece * 2
-        return size
-    return len(canonical(value))
-
-
 _MISSING = object()
-
-#: The first piece of a long list :func:`_measure` encodes; each next piece is twice as long.
-_PIECE = 8
 
 
 class StateInvalid(ValidationFailed, TypeError):
@@ -323,3 +315,111 @@ def check_json_state(state: Any, *, where: str = "state") -> JSONDict:
         ) from exc
     loaded: JSONDict = json.loads(text)
     return loaded
+
+
+def check_json_change(old: JSONDict, new: Any, *, where: str = "state") -> JSONDict:
+    """The delta from ``old`` (a state checked before) to ``new``, checked as
+    :func:`check_json_state` checks a whole state, but only where it changed: the values the
+    delta sets, inserts or appends, each at its depth in the new state. Costs what changed, not
+    the state's size. The delta's new values are fresh JSON (a tuple becomes a list), so
+    ``apply(old, result)`` is exactly what :func:`check_json_state` returns for ``new``; raises
+    :class:`StateInvalid` as it does."""
+    if not isinstance(new, dict):
+        raise StateInvalid(
+            f"{where} must be a dict (a JSON object), got {type(new).__name__}",
+            details={"state": ["must be a JSON object"]},
+        )
+    try:
+        delta = diff(old, new)
+        problem = _object_change_problem(delta, old, "state", 1)
+        if problem is None:
+            text = json.dumps(delta, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StateInvalid(
+            f"{where} must be JSON-compatible: {exc}",
+            details={"state": ["must be JSON-compatible"]},
+        ) from exc
+    if problem is not None:
+        suffix, detail = problem
+        raise StateInvalid(f"{where}{suffix}", details={"state": [detail]})
+    loaded: JSONDict = json.loads(text)
+    return loaded
+
+
+#: Why a change cannot be stored: the end of the message after ``where``, and the detail.
+_Problem = tuple[str, str]
+
+
+def _not_storable(text: str) -> _Problem:
+    return f" is not storable: {text}", text
+
+
+def _reserved(at: str) -> _Problem:
+    message = f'"{RESERVED_KEY}" is reserved for the references the product writes (at {at})'
+    return f": {message}", message
+
+
+def _value_problem(value: Any, path: str, depth: int) -> _Problem | None:
+    """Why a new value at ``path`` (inside ``depth`` containers) cannot be stored, or None."""
+    problem = json_problem(value, root=path, max_depth=MAX_VALUE_DEPTH - depth)
+    if problem is not None:
+        return _not_storable(problem.text())
+    reserved = _reserved_path(value, path)
+    return None if reserved is None else _reserved(reserved)
+
+
+def _key_problem(key: Any, path: str) -> _Problem | None:
+    if isinstance(key, str):
+        message = string_problem(key)
+        if message is not None:
+            return _not_storable(f"{message} (at {path} (a key))")
+        if key == RESERVED_KEY:
+            return _reserved(f"{path}.{RESERVED_KEY}")
+    return None
+
+
+def _object_change_problem(delta: JSONDict, old: Any, path: str, depth: int) -> _Problem | None:
+    old = old if isinstance(old, dict) else {}
+    for part in ("set", "sub", "list"):
+        for key, change in delta.get(part, {}).items():
+            problem = _key_problem(key, path)
+            if problem is None:
+                child = f"{path}.{key}"
+                if part == "set":
+                    problem = _value_problem(change, child, depth)
+                elif part == "sub":
+                    problem = _object_change_problem(change, old.get(key), child, depth + 1)
+                else:
+                    problem = _list_change_problem(change, old.get(key), child, depth + 1)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _list_change_problem(delta: JSONDict, old: Any, path: str, depth: int) -> _Problem | None:
+    old = old if isinstance(old, list) else []
+    for part in ("set", "sub", "list"):
+        for key, change in delta.get(part, {}).items():
+            child = f"{path}[{key}]"
+            base = old[int(key)] if key.isdigit() and int(key) < len(old) else None
+            if part == "set":
+                problem = _value_problem(change, child, depth)
+            elif part == "sub":
+                problem = _object_change_problem(change, base, child, depth + 1)
+            else:
+                problem = _list_change_problem(change, base, child, depth + 1)
+            if problem is not None:
+                return problem
+    length = len(old)
+    if "splice" in delta:
+        start, count, items = delta["splice"]
+        for offset, item in enumerate(items):
+            problem = _value_problem(item, f"{path}[{start + offset}]", depth)
+            if problem is not None:
+                return problem
+        length += len(items) - count
+    for offset, item in enumerate(delta.get("append", ())):
+        problem = _value_problem(item, f"{path}[{length + offset}]", depth)
+        if problem is not None:
+            return problem
+    return None

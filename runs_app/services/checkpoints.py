@@ -47,10 +47,11 @@ KEYFRAME_MIN_BYTES = 4096
 class Keyframes:
     """When a worker stores a run's state whole (a keyframe) instead of a delta: chosen by the
     bytes of deltas stored since the last whole state, not by a count. The state is stored whole
-    again when those deltas would outweigh it (or ``KEYFRAME_MIN_BYTES`` for a small state), so
-    each whole state is paid for by at least as many delta bytes — storage stays linear in what
-    changed even when the state grows every step — and a rebuild reads at most about twice the
-    state. A worker keeps one per claim; a new claim starts unknown, so its first checkpoint is
+    again when those deltas reach twice its size (or ``KEYFRAME_MIN_BYTES`` for a small state),
+    so each whole state is paid for by twice as many delta bytes — storage stays linear in what
+    changed even when the state grows every step, at most about 1.5 times it — and a rebuild
+    reads at most about three times the state. (Once as many: 2.5x the logical bytes of a
+    conversation kept in the state, against 2.0x now; W3m in benchmarks/runs.py.) A worker keeps one per claim; a new claim starts unknown, so its first checkpoint is
     whole (what was stored before it is not re-read)."""
 
     #: Bytes of deltas since the last whole state (``None``: not known to this worker).
@@ -61,7 +62,7 @@ class Keyframes:
     def keyframe_now(self, delta_len: int, state_len: int) -> bool:
         if self.delta_bytes is None or self.chain >= KEYFRAME_MAX_CHAIN:
             return True
-        return self.delta_bytes + delta_len >= max(state_len, KEYFRAME_MIN_BYTES)
+        return self.delta_bytes + delta_len >= max(2 * state_len, KEYFRAME_MIN_BYTES)
 
     def stored(self, *, full: bool, length: int) -> None:
         if full:

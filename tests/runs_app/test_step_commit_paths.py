@@ -245,15 +245,15 @@ def test_a_commit_past_the_usage_domain_is_refused_the_same_way(
 
 
 def test_keyframes_follow_the_bytes_of_deltas_not_a_count():
-    """A state is stored whole again once the deltas since the last whole one would outweigh it
-    (4 KiB at least), so a state that grows every step costs linear storage."""
+    """A state is stored whole again once the deltas since the last whole one reach twice its
+    size (4 KiB at least), so a state that grows every step costs linear storage."""
     keyframes = services.Keyframes()
     assert keyframes.keyframe_now(10, 100_000)  # a new claim: the first checkpoint is whole
     keyframes.stored(full=True, length=100_000)
     assert not keyframes.keyframe_now(500, 100_000)
     keyframes.stored(full=False, length=60_000)
-    assert not keyframes.keyframe_now(39_999, 100_000)
-    assert keyframes.keyframe_now(40_000, 100_000)  # 60,000 + 40,000 reach the state's size
+    assert not keyframes.keyframe_now(139_999, 100_000)
+    assert keyframes.keyframe_now(140_000, 100_000)  # 60,000 + 140,000: twice the state
     small = services.Keyframes(delta_bytes=0)
     assert not small.keyframe_now(4_000, 50)  # a small state: up to 4 KiB of deltas
     assert small.keyframe_now(services.KEYFRAME_MIN_BYTES, 50)

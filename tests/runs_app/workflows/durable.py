@@ -275,3 +275,34 @@ class LargeState(flow.Workflow):
     @flow.step(effects="none")
     def check(self, state, ctx):
         return {**state, "doc_length": len(state["doc"])}
+
+
+class GrowingList(flow.Workflow):
+    """A list in the state grows every step, by ``per_step`` items of ``size`` characters; the
+    middle step is not checkpointed, so the checkpoint after it holds two steps' change."""
+
+    name = "growing_list"
+
+    @staticmethod
+    def _grown(state, step):
+        new = [
+            {"step": step, "i": i, "text": "m" * state["size"]} for i in range(state["per_step"])
+        ]
+        return {**state, "items": state["items"] + new, "last": step}
+
+    @flow.step(entry=True, successors=("quiet",), effects="none")
+    def first(self, state, ctx):
+        return self._grown(state, "first")
+
+    @flow.step(successors=("third",), effects="none", checkpoint=False)
+    def quiet(self, state, ctx):
+        state["items"].extend(self._grown(state, "quiet")["items"][len(state["items"]) :])
+        return state  # changed in place, as a handler may
+
+    @flow.step(successors=("fourth",), effects="none")
+    def third(self, state, ctx):
+        return self._grown(state, "third")
+
+    @flow.step(effects="none")
+    def fourth(self, state, ctx):
+        return self._grown(state, "fourth")
