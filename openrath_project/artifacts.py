@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 # boto3 wraps a failed upload's ClientError in Boto3Error (S3UploadFailedError).
@@ -190,7 +192,10 @@ def _write(storage: Storage, key: str, content: IO[bytes], size: int, media_type
     if _storage_call("check", key, lambda: storage.exists(key)):
         stored_size = _storage_call("check", key, lambda: storage.size(key))
         if stored_size == size:
-            return  # deduplicated: the bytes are already there
+            # Deduplicated: the bytes are already there (made durable here too: the put that
+            # wrote them may have died before it could, and before anything referenced them).
+            _storage_call("write", key, lambda: _make_durable(storage, key))
+            return
         # A partial write (a local file cut short by a crash): replace it.
         logger.warning(
             "artifact %s has %s bytes instead of %s; rewriting it", key, stored_size, size
@@ -203,6 +208,33 @@ def _write(storage: Storage, key: str, content: IO[bytes], size: int, media_type
     saved = _storage_call("write", key, lambda: storage.save(key, upload))
     if saved != key:  # lost a race to an identical write
         _storage_call("delete", saved, lambda: storage.delete(saved))
+    _storage_call("write", key, lambda: _make_durable(storage, key))
+
+
+def _make_durable(storage: Storage, key: str) -> None:
+    """A local file is on disk before the commit that references it can be: its bytes, and the
+    directory entries that lead to it from the storage root (a new tenant or prefix directory
+    is an entry too), are fsynced. Remote storage (S3) needs nothing more: a PUT is
+    acknowledged once the object is durable."""
+    try:
+        path = Path(storage.path(key))
+    except NotImplementedError:
+        return  # not a local file system
+    root = Path(storage.path("")).resolve()
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    directory = path.parent.resolve()
+    for each in (directory, *directory.parents):
+        descriptor = os.open(each, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        if each == root or root not in each.parents:
+            break
 
 
 # --- Public API ---------------------------------------------------------------------------------

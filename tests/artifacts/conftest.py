@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.files.storage import Storage, default_storage
 
+from tests.runs_app.conftest import registry  # noqa: F401 - the runs fixture, reused here
 from tests.s3 import SeaweedS3, start_seaweed, storages_with_s3
 
 
