@@ -33,6 +33,11 @@ from runs_app.step import StepRef
 from runs_app.transitions import INTERRUPT, UNSET, Changes, Unset
 from sessions_app import services as session_services
 
+#: Decisions that let the step go on (``reject`` stops it), and those that must carry a
+#: ``response`` (``edit``: the edited request the step continues with).
+_APPROVING = ("approve", "respond", "edit")
+_CARRY_RESPONSE = ("respond", "edit")
+
 
 @dataclass(frozen=True)
 class DecisionKind:
@@ -54,8 +59,9 @@ class DecisionKind:
 
 @dataclass(frozen=True)
 class Decision:
-    """What an operator decided: ``decision`` (approve, reject, respond), their ``response``
-    (validated against the interrupt's schema), ``reason``, ``resolved_by``."""
+    """What an operator decided: ``decision`` (approve, reject, respond, edit), their
+    ``response`` (validated against the interrupt's schema; for ``edit``, the edited request),
+    ``reason``, ``resolved_by``."""
 
     decision: str
     response: Any
@@ -66,7 +72,7 @@ class Decision:
 
     @property
     def approved(self) -> bool:
-        return self.decision in ("approve", "respond")
+        return self.decision in _APPROVING
 
     # OpenRath 2.0's ApprovalDecision names
     @property
@@ -255,9 +261,11 @@ def interrupt_resolve(
             f"decision must be one of {', '.join(DECISIONS)}",
             details={"decision": ["unknown decision"]},
         )
-    if decision == "respond" and response is None:
+    if decision in _CARRY_RESPONSE and response is None:
         raise ValidationFailed(
-            "a respond decision needs a response", details={"response": ["required for respond"]}
+            f"a {decision} decision needs a response"
+            + (" (the edited request)" if decision == "edit" else ""),
+            details={"response": [f"required for {decision}"]},
         )
     with transaction.atomic():
         run, locked = _lock(interrupt)
@@ -269,7 +277,7 @@ def interrupt_resolve(
                 code="digest_mismatch",
                 details={"request_digest": locked.request_digest},
             )
-        if decision in ("approve", "respond") and response is not None:
+        if decision in _APPROVING and response is not None:
             check_response(locked.schema, response)
         if run.status != "waiting":
             raise Conflict(

@@ -198,7 +198,9 @@ class Checkpoint(models.Model):
 
 INTERRUPT_KINDS = ("approval", "input", "review")
 INTERRUPT_STATES = ("pending", "resolved", "expired")
-DECISIONS = ("approve", "reject", "respond")
+#: ``edit`` approves with a changed request (OpenRath's ``ApprovalDecisionKind.EDIT``): its
+#: ``response`` is the edited request, which the step reads as ``decision.payload``.
+DECISIONS = ("approve", "reject", "respond", "edit")
 
 
 class Interrupt(models.Model):

@@ -104,7 +104,7 @@ class InterruptKind(StrEnum):
 class ApprovalDecisionKind(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
-    #: Approve with changed arguments: stored as the product's ``respond`` with the payload.
+    #: Approve with a changed request: stored as ``edit`` with the payload (the edited request).
     EDIT = "edit"
     RESPOND = "respond"
 
@@ -114,7 +114,7 @@ DECISION_OF_KIND: Mapping[ApprovalDecisionKind, str] = MappingProxyType(
     {
         ApprovalDecisionKind.APPROVE: "approve",
         ApprovalDecisionKind.REJECT: "reject",
-        ApprovalDecisionKind.EDIT: "respond",
+        ApprovalDecisionKind.EDIT: "edit",
         ApprovalDecisionKind.RESPOND: "respond",
     }
 )

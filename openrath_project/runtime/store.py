@@ -369,8 +369,9 @@ class RunStore:
         expected_run_version: int | None = None,
     ) -> Run:
         """Resolve a pending interrupt (``runs_app.interrupts.interrupt_resolve``) and return
-        the run, requeued. ``EDIT`` is stored as ``respond`` with the payload (the step reads
-        the edited arguments from ``decision.payload``)."""
+        the run, requeued. ``EDIT`` is stored as ``edit`` with its payload, the edited request
+        (required): the step sees ``decision.kind.value == "edit"`` and reads the edit from
+        ``decision.payload``."""
         from runs_app.interrupts import interrupt_resolve
         from runs_app.models import Interrupt as InterruptRow
 

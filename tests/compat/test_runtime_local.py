@@ -330,8 +330,8 @@ def test_an_interrupt_is_listed_and_decided_through_the_store():
     done = runtime.work_once(worker_id="w2")
     assert done is not None
     assert done.status is RunStatus.SUCCEEDED
-    # EDIT is stored as the product's "respond" (documented): the payload is the edit
-    assert dict(done.state) == {"decision": "respond", "edited": {"to": "b@x"}}
+    # EDIT is stored as "edit": the step sees that kind, and the edit as the payload
+    assert dict(done.state) == {"decision": "edit", "edited": {"to": "b@x"}}
     assert store.list_interrupts(tenant_id="local") == ()
     assert len(store.list_interrupts(tenant_id="local", pending_only=False)) == 1
 
@@ -349,6 +349,45 @@ def test_store_refuses_writes_that_belong_to_workers():
         RunRow.objects.count(),
         CheckpointRow.objects.count(),
         EventRow.objects.count(),
+    )
+
+
+def test_ledger_writes_and_worker_transitions_are_refused_outside_a_step():
+    """What OpenRath lets a caller do by hand, the product does only under a lease: each
+    refusal names the alternative and changes nothing."""
+    from effects_app.models import EffectRecord
+    from openrath_project.runtime import EffectLedger, arguments_digest
+
+    store, runtime = _runtime()
+    run = runtime.submit(Counter(), state={"count": 0})
+    ledger = EffectLedger()
+    before = (
+        RunRow.objects.get(id=run.id).status,
+        RunRow.objects.get(id=run.id).fencing_token,
+        EventRow.objects.filter(run_id=run.id).count(),
+        EffectRecord.objects.count(),
+    )
+    with pytest.raises(UnsupportedOperation, match="claim_next"):
+        store.transition_run(run.id, expected_version=run.version, target=RunStatus.RUNNING)
+    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
+        ledger.prepare(
+            run_id=run.id,
+            tool_name="mail.send@1",
+            effect_class=EffectClass.NON_IDEMPOTENT,
+            arguments_digest=arguments_digest({"to": "a@x"}),
+            idempotency_key="mail-1",
+        )
+    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
+        ledger.mark_dispatched(run.id)
+    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
+        ledger.complete(run.id, {"ok": True})
+    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
+        ledger.fail(run.id, "boom")
+    assert before == (
+        RunRow.objects.get(id=run.id).status,
+        RunRow.objects.get(id=run.id).fencing_token,
+        EventRow.objects.filter(run_id=run.id).count(),
+        EffectRecord.objects.count(),
     )
 
 
