@@ -606,8 +606,9 @@ class Session:
         provider: Any = None,
     ) -> Session:
         """Place the session on a sandbox backend (``"local"``; ``spec=None`` is a workspace of
-        the session's own, a relative path lives under its project's root, an absolute path is
-        that directory) with an optional ``ToolPolicy``. ``to(provider)`` (a provider object,
+        the session's own, an absolute path is that directory, a relative one is relative to a
+        plain script's working directory and, in the server, lives under the project's root)
+        with an optional ``ToolPolicy``. ``to(provider)`` (a provider object,
         not a string) or ``to(provider=...)`` binds a provider to this value instead, in memory
         only (OpenRath's session-level provider). Returns the session."""
         if provider is not None or not isinstance(backend, str):
@@ -627,6 +628,14 @@ class Session:
             return self
         if isinstance(spec, Path):
             spec = str(spec)
+        if isinstance(spec, str) and spec and not os.path.isabs(spec):
+            from openrath_project import library
+
+            if library.is_library_process():
+                # A plain script's relative path means what it means to the script, as in
+                # OpenRath (spec="." is the working directory): the author's own placement.
+                # In the server and its workers it stays under the project's root.
+                spec = os.path.abspath(spec)
         self.close_sandbox()
         services.session_place(session=self._row, backend=backend, spec=spec, policy=policy)
         return self

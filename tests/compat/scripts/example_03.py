@@ -1,5 +1,6 @@
 """Example 03 of OpenRath with the imports changed and the scripted provider."""
 
+import os
 import sys
 
 import openrath_project.backend as backend
@@ -29,6 +30,8 @@ def run_on(name):
     agent(bound)
     print()
     print("specs differ:", ephemeral.placement["spec"] != bound.placement["spec"])
+    # In a plain script spec="." is the script's working directory, as in OpenRath.
+    print("bound to the working directory:", bound.placement["spec"] == os.getcwd())
 
 
 name = sys.argv[1] if len(sys.argv) > 1 else "local"
