@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from openrath_project.secretfiles import FILE_SUFFIX, SECRET_SETTINGS
 from tests.support import REPO
 
 DEPLOY = REPO / "deploy"
@@ -44,7 +45,8 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
     return workload["spec"]["template"]["spec"]
 
 
-def secret_refs(workload: dict[str, Any]) -> set[str]:
+def secret_env_refs(workload: dict[str, Any]) -> set[str]:
+    """Secrets a container takes into its environment (by value): there must be none."""
     refs = set()
     for container in pod_spec(workload)["containers"]:
         for source in container.get("envFrom", []):
@@ -55,6 +57,20 @@ def secret_refs(workload: dict[str, Any]) -> set[str]:
             if ref:
                 refs.add(ref["name"])
     return refs
+
+
+def secret_volumes(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's Secret volumes by volume name (each secret only as files)."""
+    return {
+        volume["name"]: volume["secret"]
+        for volume in pod_spec(workload).get("volumes", [])
+        if "secret" in volume
+    }
+
+
+def secret_refs(workload: dict[str, Any]) -> set[str]:
+    """The secrets a workload is given at all (as mounted files)."""
+    return {volume["secretName"] for volume in secret_volumes(workload).values()}
 
 
 # --- Kubernetes -----------------------------------------------------------------------------------
@@ -150,6 +166,47 @@ def test_the_migrate_job_has_its_own_secret_and_service_account():
     assert "MIGRATION_DATABASE_URL" in secrets["openrath-migrate"]["stringData"]
     assert "MIGRATION_DATABASE_URL" not in secrets["openrath-runtime"]["stringData"]
     assert pod_spec(job)["containers"][0]["args"] == ["migrate"]
+
+
+def test_no_container_gets_a_secret_by_value():
+    """Secrets are files (a read-only Secret volume) named by ``<NAME>_FILE``; no container's
+    environment holds a value of one: what runs in it (a tool command) cannot read it from
+    /proc/<pid>/environ. Every ``_FILE`` variable names a key of the mounted secret, and every
+    key of it is named."""
+    secrets = of_kind("Secret")
+    for name, workload in workloads().items():
+        assert secret_env_refs(workload) == set(), name
+        volumes = secret_volumes(workload)
+        (volume_name,) = volumes
+        volume = volumes[volume_name]
+        assert volume["defaultMode"] == 0o440, name  # owner root, group = the pod's fsGroup
+        assert "items" not in volume, name
+        spec = pod_spec(workload)
+        assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"], name
+        keys = set(secrets[volume["secretName"]]["stringData"])
+        (container,) = spec["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume_name]
+        assert mount["readOnly"] is True, name
+        assert mount["mountPath"] == "/run/secrets/openrath", name
+        environment = {var["name"]: var for var in container.get("env", [])}
+        for var in environment.values():
+            assert "valueFrom" not in var, (name, var["name"])
+            assert var["name"] not in SECRET_SETTINGS, (name, var["name"])
+        named = {
+            key.removesuffix(FILE_SUFFIX): var["value"]
+            for key, var in environment.items()
+            if key.endswith(FILE_SUFFIX)
+        }
+        assert named == {key: f"{mount['mountPath']}/{key}" for key in keys}, name
+        assert set(named) <= set(SECRET_SETTINGS), name
+
+
+def test_only_the_migrate_job_gets_the_owner_role():
+    for name, workload in workloads().items():
+        (container,) = pod_spec(workload)["containers"]
+        names = {var["name"] for var in container.get("env", [])}
+        owner = "MIGRATION_DATABASE_URL_FILE" in names
+        assert owner is (name == "openrath-migrate"), name
 
 
 def test_secrets_hold_placeholders_only():
@@ -279,14 +336,82 @@ def test_compose_order_migrate_first_as_the_owner():
         assert depends["s3-bucket"] == {"condition": "service_completed_successfully"}, name
         assert services[name]["command"] == [name]
         environment = services[name]["environment"]
-        assert "MIGRATION_DATABASE_URL" not in environment, name
-        assert environment["DATABASE_URL"].startswith("postgres://openrath_app:"), name
+        assert "MIGRATION_DATABASE_URL_FILE" not in environment, name
+        assert "migration_database_url" not in services[name]["secrets"], name
+        assert environment["DATABASE_URL_FILE"] == "/run/secrets/database_url", name
         assert environment["OPENRATH_PROFILE"] == "production", name
-    migrate_env = services["migrate"]["environment"]
-    assert migrate_env["MIGRATION_DATABASE_URL"].startswith("postgres://openrath_owner:")
-    text = (DEPLOY / "compose.yaml").read_text()
-    owner_uses = [line for line in text.splitlines() if "OPENRATH_OWNER_PASSWORD" in line]
-    assert len(owner_uses) == 2  # the postgres init script and the migrate service, nothing else
+    migrate = services["migrate"]
+    assert migrate["secrets"] == ["migration_database_url"]
+    assert migrate["environment"]["MIGRATION_DATABASE_URL_FILE"] == (
+        "/run/secrets/migration_database_url"
+    )
+    # The role to grant, without a password: the runtime role's password is not migrate's.
+    assert (
+        migrate["environment"]["DATABASE_URL"] == "postgres://openrath_app@postgres:5432/openrath"
+    )
+    owners = [
+        n for n, service in services.items() if "owner_password" in service.get("secrets", [])
+    ]
+    assert owners == ["postgres"]
+
+
+def test_compose_gives_secrets_as_files_only():
+    """No service's environment holds a secret's value: each secret is a compose secret (a file
+    at /run/secrets/<name>) named by a ``<NAME>_FILE`` variable, and a service is given exactly
+    the secrets its variables name."""
+    document = compose()
+    declared = document["secrets"]
+    for name, source in declared.items():
+        assert source == {"file": f"./secrets/{name}"}, name
+    for name, service in document["services"].items():
+        environment = service.get("environment", {})
+        for key, value in environment.items():
+            if key in SECRET_SETTINGS:
+                # The one exception: the role the migrate service grants, named without a password.
+                assert (name, key) == ("migrate", "DATABASE_URL"), (name, key)
+                assert value.split("://", 1)[1].split("@", 1)[0] == "openrath_app"
+                continue
+            assert not SECRETISH.search(key) or key.endswith(FILE_SUFFIX), (name, key)
+            assert "@" not in str(value), (name, key)
+        named = {
+            value.removeprefix("/run/secrets/")
+            for key, value in environment.items()
+            if key.endswith(FILE_SUFFIX)
+        }
+        assert named == set(service.get("secrets", [])), name
+        assert named <= set(declared), name
+    runtime = {f"{key}_FILE" for key in SECRET_SETTINGS} - {"MIGRATION_DATABASE_URL_FILE"}
+    for name in ("web", "worker", "beat"):
+        assert runtime <= set(document["services"][name]["environment"]), name
+
+
+def test_init_secrets_writes_every_compose_secret(tmp_path):
+    target = tmp_path / "secrets"
+    script = DEPLOY / "compose" / "init-secrets.sh"
+    made = subprocess.run(
+        ["sh", str(script), str(target)], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert made.stdout.strip().splitlines()[-1] == f"secrets: {target}"
+    assert target.stat().st_mode & 0o777 == 0o700
+    files = {p.name: p for p in target.iterdir() if p.name != ".gitignore"}
+    assert set(files) == set(compose()["secrets"])
+    assert (target / ".gitignore").read_text() == "*\n"
+    values = {name: path.read_text().rstrip("\n") for name, path in files.items()}
+    assert values["database_url"] == (
+        f"postgres://openrath_app:{values['app_password']}@postgres:5432/openrath"
+    )
+    assert values["migration_database_url"] == (
+        f"postgres://openrath_owner:{values['owner_password']}@postgres:5432/openrath"
+    )
+    assert len(values["secret_key"]) >= 50
+    assert values["openai_api_key"] == ""
+    assert len({values[n] for n in ("postgres_password", "owner_password", "app_password")}) == 3
+    # Again: nothing changes (existing secrets are kept).
+    again = subprocess.run(
+        ["sh", str(script), str(target)], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert again.stdout.strip().splitlines() == [f"secrets: {target}"]
+    assert {n: p.read_text().rstrip("\n") for n, p in files.items()} == values
 
 
 def test_compose_postgres_init_creates_both_roles():
@@ -301,7 +426,7 @@ def test_compose_postgres_init_creates_both_roles():
     assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC;" in script
 
 
-def test_env_example_defines_every_variable_with_placeholders():
+def test_env_example_defines_every_variable_and_no_secret():
     text = (DEPLOY / "compose.yaml").read_text()
     used = set(re.findall(r"\$\{([A-Z0-9_]+)", text))
     example: dict[str, str] = {}
@@ -310,13 +435,18 @@ def test_env_example_defines_every_variable_with_placeholders():
             key, _, value = line.partition("=")
             example[key] = value
     assert used <= set(example), used - set(example)
-    for key, value in example.items():
-        if SECRETISH.search(key) and key != "OPENAI_API_KEY":
-            assert value.startswith("change-me"), key
-    assert example["OPENAI_API_KEY"] == ""
+    assert [key for key in example if SECRETISH.search(key)] == []
 
 
 # --- Image and scripts ----------------------------------------------------------------------------
+
+
+def test_production_local_knows_every_secret_setting():
+    """The script's list of secret settings (each passed to its processes as a file) is the
+    product's own."""
+    text = (DEPLOY / "bin" / "production-local").read_text()
+    (listed,) = re.findall(r"^SECRET_SETTINGS=\(([^)]*)\)", text, flags=re.M)
+    assert tuple(listed.split()) == SECRET_SETTINGS
 
 
 def test_dockerfile():
@@ -327,6 +457,11 @@ def test_dockerfile():
     assert "manage.py collectstatic --noinput" in text
     assert 'ENTRYPOINT ["/usr/local/bin/openrath-entrypoint"]' in text
     assert "OPENRATH_DATA_DIR=/data" in text
+    runtime = text[text.rindex("\nFROM ") :]  # the image's own stage
+    (env,) = re.findall(r"^ENV (.*?)(?<!\\)$", runtime, flags=re.M | re.S)
+    names = {item.split("=", 1)[0] for item in env.replace("\\\n", " ").split()}
+    assert "OPENRATH_PROFILE" in names
+    assert {n for n in names if n in SECRET_SETTINGS or SECRETISH.search(n)} == set()
     entrypoint = (DEPLOY / "docker-entrypoint.sh").read_text()
     for needle in (
         "uvicorn openrath_project.asgi:application",
@@ -344,6 +479,7 @@ def test_dockerfile():
         ("sh", "deploy/docker-entrypoint.sh"),
         ("sh", "deploy/compose/postgres-init.sh"),
         ("sh", "deploy/compose/seaweedfs-entrypoint.sh"),
+        ("sh", "deploy/compose/init-secrets.sh"),
         ("bash", "deploy/bin/production-local"),
     ],
 )

@@ -1,8 +1,8 @@
 """``deploy/bin/production-local``: the whole production profile on this machine, end to end.
 
 Starts PostgreSQL roles and a database, Redis, SeaweedFS, migrations as the owner, uvicorn,
-a Celery worker and beat; a run submitted over HTTP completes through the Celery worker; `stop`
-leaves no process behind.
+a Celery worker and beat; a run submitted over HTTP completes through the Celery worker; no
+process it starts holds a secret in its environment; `stop` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks._common import consecutive_free_ports, free_ports
+from openrath_project.secretfiles import SECRET_SETTINGS
 from tests.s3 import require_weed
 from tests.support import REPO, process_alive, require_redis, run_manage, service_missing
 
@@ -33,6 +34,16 @@ SCRIPT = REPO / "deploy" / "bin" / "production-local"
 #: A Redis database of its own (others' tests use 13-15): two runs of this test at once on one
 #: machine would otherwise consume each other's Celery messages.
 REDIS_DBS = tuple(str(n) for n in range(3, 13))
+#: A model provider key in the caller's environment: it must reach the processes as a file only.
+CALLER_OPENAI_KEY = "sk-production-local-" + secrets.token_hex(16)
+
+
+def _redis_db() -> str:
+    """The database of an explicit ``OPENRATH_TEST_REDIS_URL`` (the fixture empties it at the
+    end: it must be this test run's own), else one of ``REDIS_DBS``."""
+    explicit = os.environ.get("OPENRATH_TEST_REDIS_URL", "")
+    path = urlsplit(explicit).path.strip("/")
+    return path if path.isdigit() else secrets.choice(REDIS_DBS)
 
 
 def _admin_url() -> str:
@@ -80,6 +91,66 @@ def _read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
+def _session_members(leader: int) -> list[int]:
+    """Every live process in the session ``leader`` leads (``spawn`` puts each service in its
+    own): the server itself and its children (uvicorn's and Celery's worker processes)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[3]) == leader and fields[0] not in (b"Z", b"X"):  # field 6: session id
+            members.append(int(entry.name))
+    return sorted(members)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {key: value for key, _, value in pairs}
+
+
+def _assert_no_secret_in_environments(run_dir: Path, pids: dict[str, int]) -> None:
+    """The values of the instance's secrets appear in no started process's environment; the
+    runtime processes name the files instead, and none of them names the owner role's."""
+    secrets_dir = run_dir / "secrets"
+    assert secrets_dir.stat().st_mode & 0o777 == 0o700
+    files = {path.name: path for path in secrets_dir.iterdir()}
+    assert set(files) == set(SECRET_SETTINGS)
+    for path in files.values():
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    values = {name: path.read_text().rstrip("\n") for name, path in files.items()}
+    assert values["OPENAI_API_KEY"] == CALLER_OPENAI_KEY
+    generated = dict(
+        line.split("=", 1) for line in (run_dir / "secrets.env").read_text().splitlines()
+    )
+    needles = {value for value in (*values.values(), *generated.values()) if len(value) >= 8}
+    assert len(needles) >= 8
+    checked = 0
+    for name in ("web", "worker", "beat", "weed"):
+        members = _session_members(pids[name])
+        assert pids[name] in members, name
+        if name == "worker":
+            assert len(members) >= 2, members  # Celery's main process and its pool's children
+        for pid in members:
+            environment = _environ(pid)
+            raw = "\0".join(f"{k}={v}" for k, v in environment.items())
+            assert [n for n in needles if n in raw] == [], (name, pid)
+            assert [k for k in SECRET_SETTINGS if k in environment] == [], (name, pid)
+            assert "MIGRATION_DATABASE_URL_FILE" not in environment, (name, pid)
+            if name != "weed":
+                expected = {f"{k}_FILE": str(files[k]) for k in SECRET_SETTINGS}
+                del expected["MIGRATION_DATABASE_URL_FILE"]
+                named = {k: environment[k] for k in expected.keys() & environment.keys()}
+                assert named == expected, (name, pid)
+            checked += 1
+    assert checked >= 5  # web, the worker and a pool process (or more), beat, weed
+
+
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -94,7 +165,7 @@ def local_instance(tmp_path):
     require_weed()
     admin = _admin_connection()
     suffix = secrets.token_hex(4)
-    redis_db = secrets.choice(REDIS_DBS)
+    redis_db = _redis_db()
     web_port, s3_port, master, volume, filer, worker_metrics = free_ports(6)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OPENRATH_", "DJANGO_"))},
@@ -113,6 +184,9 @@ def local_instance(tmp_path):
         "OPENRATH_LOCAL_WORKER_METRICS_PORT": str(worker_metrics),
         "OPENRATH_LOCAL_READY_TIMEOUT": "90",
         "OPENRATH_WORKFLOW_MODULES": "tests.drills.workflows",
+        # The caller's secret settings: the key is passed on as a file, the rest not at all.
+        "OPENAI_API_KEY": CALLER_OPENAI_KEY,
+        "S3_SECRET_ACCESS_KEY": "caller-s3-secret-" + secrets.token_hex(8),
     }
     for key in ("DATABASE_URL", "MIGRATION_DATABASE_URL", "REDIS_URL", "S3_BUCKET", "SECRET_KEY"):
         env.pop(key, None)
@@ -177,6 +251,17 @@ def test_production_local_runs_a_workflow_through_celery_and_stops(local_instanc
         time.sleep(0.2)
     assert current["status"] == "succeeded", current
     assert current["output"]["done"] == ["s1", "s2", "s3", "s4", "s5"]
+    # After a run, so the Celery pool process that executed it is among those read.
+    _assert_no_secret_in_environments(run_dir, pids)
+    for pid in (p for name in ("web", "worker", "beat") for p in _session_members(pids[name])):
+        assert env["S3_SECRET_ACCESS_KEY"] not in Path(f"/proc/{pid}/environ").read_text()
+    # `restart` (the drills' way back after a kill) starts a process the same way.
+    restarted = subprocess.run(
+        [str(SCRIPT), "restart", "beat"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    pids["beat"] = int((run_dir / "pids" / "beat.pid").read_text())
+    _assert_no_secret_in_environments(run_dir, pids)
     marks = [line.split()[0] for line in steps_log.read_text().splitlines()]
     assert marks == [f"{kind}:s{n}" for n in range(1, 6) for kind in ("start", "end")]
     status, events = _request(f"{base}/api/v1/runs/{run['id']}/events/", token=token)
