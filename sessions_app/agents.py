@@ -4,8 +4,15 @@
 the tool schemas, appends what the model said (an assistant ``message`` chunk, then one
 ``tool_call`` chunk per call), runs each call through the dispatcher and appends a
 ``tool_result`` chunk, and repeats until the model answers without tool calls or ``max_turns``
-model calls were made. It appends to the session it was given and returns it (OpenRath returns
-a new output session; ours are persisted logs, and forks are explicit: ``agent(s.fork())``).
+model calls were made.
+
+What it returns (as OpenRath's agents and PyTorch's layers do): a **new** session, a fork of the
+one it was given holding its turn, the input left as it was. A fork is copy-on-write (one
+session row and one lineage edge, no chunk copied, however long the input), so ``out = a(s)``
+costs what the turn writes. The one exception is a durable step's working session
+(``agent(ctx.session)``): there the turn is appended to the run's session, which is returned,
+since that session is the value the run carries from step to step and its checkpoints refer
+to it (see docs/agents.md, "What an agent call returns").
 
 Every chunk (and every session or edge) written during the call is tagged with the agent's
 name through the write context; assistant chunks carry the model call's usage together with the
@@ -29,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from openrath_project import tracing
 from openrath_project.jsontext import without_nul
 from sessions_app import context, streaming
 from sessions_app.agent_memory import MemoryEntry, installed_agent_memory
@@ -63,6 +71,7 @@ __all__ = [
     "chunks_to_messages",
     "default_agent_name",
     "tool_message_content",
+    "writes_in_place",
 ]
 
 #: Scopes an agent may recall memory from (``memory=``).
@@ -352,6 +361,15 @@ def _parse_arguments_for_chunk(raw: str) -> Any:
 # --- The agent ------------------------------------------------------------------------------
 
 
+def writes_in_place(session: Session) -> bool:
+    """Whether an agent called on ``session`` appends to it instead of returning a fork: only
+    for a durable step's working session (the one whose appends the step holds until its
+    checkpoint). Everywhere else (a script, a notebook, an eager workflow, or another session
+    inside a step) the call returns a new session."""
+    buffer = context.current().buffer
+    return buffer is not None and buffer.session_id == session.id
+
+
 class Agent(Workflow):
     """A model with a system prompt and tools; ``agent(session)`` runs the tool loop on it."""
 
@@ -492,33 +510,42 @@ class Agent(Workflow):
         self.close()
 
     def forward(self, session: Any) -> Any:
-        """Run the tool loop on ``session`` (a ``flow.Session``), appending to it; returns it.
+        """Run the tool loop on ``session`` (a ``flow.Session``) and return the session holding
+        the turn: a new fork of ``session`` (``session`` itself is unchanged), or, for a
+        durable step's working session, ``session`` itself with the turn appended.
 
         Provider errors propagate (with a note naming the agent and the model call); chunks
-        appended before the error stay, since what they record happened.
+        appended before the error stay in the output session, since what they record happened.
         """
         if not isinstance(session, Session):
             raise TypeError(
                 f"agent {self._name!r} takes a flow.Session; got {type(session).__name__}"
             )
         with context.writing(agent=self._name):
-            self._loop(session)
+            # Made inside the agent's context, so the fork row and its edge name the agent:
+            # that is what marks it as an agent's output (lineage kind OP_SESSION_LOOP).
+            output = session if writes_in_place(session) else session.fork()
+            # Session-scoped memory is recalled from the session given (the conversation so
+            # far) and committed to the output, where the next call on it will recall it.
+            self._loop(output, recall_session_id=session.id)
             if self.commit_on_forward and not self._memory_closed:
                 self._commit(
-                    session=session.row,
+                    session=output.row,
                     provider=self.provider,
                     agent=self._name,
                     scope=_MEMORY_PLACES[str(self.memory)][1],
                 )
-        return session
+        return output
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def _loop(self, session: Any) -> None:
+    def _loop(self, session: Any, *, recall_session_id: uuid.UUID | None = None) -> None:
         chunks: list[Any] = list(session.chunks)
         preamble: list[dict[str, Any]] = [{"role": "system", "content": self.prompt}]
         if self.memory is not None:
-            memory_message = self._recall_memory(session, chunks)
+            memory_message = self._recall_memory(
+                session, chunks, recall_session_id if recall_session_id is not None else session.id
+            )
             if memory_message is not None:
                 preamble.append(memory_message)
         tools = self.loop_tools()
@@ -551,22 +578,42 @@ class Agent(Workflow):
         turn_number: int,
     ) -> ModelTurn:
         turn_id = uuid.uuid4().hex
-
-        def on_delta(delta: str) -> None:
-            streaming.token_delta(session.id, agent=self._name, delta=delta, turn=turn_id)
-
         user_callback = self.on_event
-
-        def on_event(delta: StreamDelta) -> None:
-            if delta.content_delta:
-                on_delta(delta.content_delta)
-            assert user_callback is not None
-            user_callback(delta)
+        span = tracing.model_call(
+            provider=str(getattr(self.provider, "kind", "") or type(self.provider).__name__),
+            request_model=str(getattr(self.provider, "model", "") or ""),
+            agent=self._name,
+            messages=messages,
+            tools=len(schemas or ()),
+            streaming=user_callback is not None,
+        )
 
         try:
-            if user_callback is not None:
-                return self.provider.stream(messages, schemas, on_event=on_event)
-            return self.provider.complete(messages, schemas, on_delta=on_delta)
+            with span as call:
+
+                def on_delta(delta: str) -> None:
+                    call.first_token()
+                    streaming.token_delta(session.id, agent=self._name, delta=delta, turn=turn_id)
+
+                def on_event(delta: StreamDelta) -> None:
+                    if delta.content_delta:
+                        on_delta(delta.content_delta)
+                    assert user_callback is not None
+                    user_callback(delta)
+
+                if user_callback is not None:
+                    turn = self.provider.stream(messages, schemas, on_event=on_event)
+                else:
+                    turn = self.provider.complete(messages, schemas, on_delta=on_delta)
+                call.answered(
+                    response_model=turn.model,
+                    input_tokens=turn.usage.prompt_tokens,
+                    output_tokens=turn.usage.completion_tokens,
+                    finish_reason=turn.finish_reason,
+                    output_text=turn.text or "",
+                    tool_calls=[c.name for c in turn.tool_calls],
+                )
+                return turn
         except ProviderError as exc:
             exc.add_note(
                 f"in agent {self._name!r}, model call {turn_number} of at most {self.max_turns}, "
@@ -612,18 +659,27 @@ class Agent(Workflow):
     ) -> ToolOutcome:
         table = tools if tools is not None else self.loop_tools()
         chosen = table.get(call.name)
-        if chosen is not None and chosen.writes:
-            seen = {} if seen is None else seen
-            occurrence = seen[(call.name, call.arguments)] = (
-                seen.get((call.name, call.arguments), 0) + 1
-            )
-            return _run_writing_tool(
-                session, chosen, call, policy=self.policy, counter=counter, occurrence=occurrence
-            )
-        return keep_full_output(
-            session,
-            dispatch_tool(table, session, call, policy=self.policy, counter=counter),
-        )
+        with tracing.tool_call(name=call.name, call_id=call.id, agent=self._name) as span:
+            if chosen is not None and chosen.writes:
+                seen = {} if seen is None else seen
+                occurrence = seen[(call.name, call.arguments)] = (
+                    seen.get((call.name, call.arguments), 0) + 1
+                )
+                outcome = _run_writing_tool(
+                    session,
+                    chosen,
+                    call,
+                    policy=self.policy,
+                    counter=counter,
+                    occurrence=occurrence,
+                )
+            else:
+                outcome = keep_full_output(
+                    session,
+                    dispatch_tool(table, session, call, policy=self.policy, counter=counter),
+                )
+            tracing.tool_outcome(span, error_kind=outcome.error_kind, truncated=outcome.truncated)
+            return outcome
 
     @staticmethod
     def _result_content(call: ToolCallRequest, outcome: ToolOutcome) -> dict[str, Any]:
@@ -643,16 +699,19 @@ class Agent(Workflow):
 
     # --- memory ---------------------------------------------------------------------------
 
-    def _recall_memory(self, session: Any, chunks: Sequence[Any]) -> dict[str, Any] | None:
-        """Recall once per call; record what was recalled as an event chunk; return the message
-        that shows it to the model (``None`` when nothing was recalled)."""
+    def _recall_memory(
+        self, session: Any, chunks: Sequence[Any], session_id: uuid.UUID
+    ) -> dict[str, Any] | None:
+        """Recall once per call (session-scoped memory: that of ``session_id``); record what
+        was recalled as an event chunk in ``session``; return the message that shows it to the
+        model (``None`` when nothing was recalled)."""
         query = _last_user_text(chunks)
         entries = list(
             self._recall(
                 project=session.project,
                 scope=_MEMORY_PLACES[str(self.memory)][0],
                 agent=self._name,
-                session_id=session.id,
+                session_id=session_id,
                 query=query,
                 k=self.memory_k,
             )

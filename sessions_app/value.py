@@ -480,7 +480,7 @@ class Session:
     @property
     def lineage_operator(self) -> str:
         if self._row.op == "fork" and self._row.agent:
-            return "Agent"
+            return "run_session_loop"  # an agent's output, named as OpenRath names it
         return _OPERATORS.get(self._row.op, self._row.op)
 
     @property

@@ -49,7 +49,7 @@ def main() -> dict[str, Any]:
         name="teller",
     )
     session = flow.Session.from_user_message("10 dollars in euros?", project=example_project())
-    teller(session)
+    session = teller(session)
     results = [c.content for c in session.chunks if c.kind == "tool_result"]
     print(convert.schema())
     return {"schema": convert.schema(), "results": results, "answer": session.text()}

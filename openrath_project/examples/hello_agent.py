@@ -17,7 +17,7 @@ def main() -> dict[str, Any]:
         name="greeter",
     )
     session = flow.Session.from_user_message("Say hello to Ada.", project=example_project())
-    greeter(session)
+    session = greeter(session)
     for chunk in session.chunks:
         print(f"{chunk.role:>9} [{chunk.agent or '-'}] {chunk.text}")
     return {"session": str(session.id), "answer": session.text(), "length": len(session)}

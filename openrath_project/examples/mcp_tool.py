@@ -26,7 +26,7 @@ def main() -> dict[str, Any]:
             name="explainer",
         )
         session = flow.Session.from_user_message("What is a lease?", project=example_project())
-        explainer(session)
+        session = explainer(session)
     result = next(c.content for c in session.chunks if c.kind == "tool_result")
     print(names, result["output"])
     return {"tools": names, "output": result["output"], "answer": session.text()}

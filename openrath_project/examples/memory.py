@@ -28,7 +28,7 @@ def main() -> dict[str, Any]:
         name="assistant",
     )
     session = flow.Session.from_user_message("When is the launch?", project=project)
-    assistant(session)
+    session = assistant(session)
     recall_event = next(c.content for c in session.chunks if c.kind == "event")
     print([h.text for h in hits], recall_event)
     return {"top": hits[0].text, "recall_event": recall_event, "answer": session.text()}

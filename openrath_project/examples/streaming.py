@@ -32,7 +32,7 @@ def main() -> dict[str, Any]:
             name="poet",
         )
         session = flow.Session.from_user_message("A poem about streams.", project=example_project())
-        poet(session)
+        session = poet(session)
     finally:
         unsubscribe()
     deltas = [p["delta"] for e, p in seen if e == "delta"]

@@ -35,7 +35,7 @@ def main(workspace: str | None = None) -> dict[str, Any]:
     )
     session = flow.Session.from_user_message("Write our notes down.", project=example_project())
     session.to("local", spec=workspace)
-    scribe(session)
+    session = scribe(session)
     results = [c.content for c in session.chunks if c.kind == "tool_result"]
     for result in results:
         print(result["name"], "->", result.get("error") or result["output"])

@@ -87,7 +87,8 @@ def test_on_event_gets_text_tool_call_finish_and_usage_deltas_like_example_07(pr
 
     out = agent(session)
 
-    assert out is session  # our agents append to the session they are given (documented)
+    assert out is not session
+    assert len(session) == 1
     assert recorder.deltas == [
         RathLLMStreamDelta(
             tool_call_index=0,
@@ -106,7 +107,7 @@ def test_on_event_gets_text_tool_call_finish_and_usage_deltas_like_example_07(pr
         recorder.text
         == "\n[finish_reason=tool_calls]\n1 is one.\n2 is two.\n[finish_reason=stop]\n"
     )
-    assert tool_result_outputs(session) == [5]
+    assert tool_result_outputs(out) == [5]
     assert (out.usage["prompt_tokens"], out.usage["completion_tokens"]) == (50, 15)
     assert out.usage["total_tokens"] == 65
 
@@ -155,7 +156,7 @@ def test_on_event_passes_the_openai_streams_tool_call_pieces_as_they_come(projec
         recorder = Recorder()
         session = flow.Session.from_user_message("Is there x?", project=project)
 
-        flow.Agent("Check.", provider, on_event=recorder)(session)
+        session = flow.Agent("Check.", provider, on_event=recorder)(session)
 
     assert recorder.deltas == [
         RathLLMStreamDelta(
@@ -239,7 +240,7 @@ def test_example_05_a_property_style_flowtoolcall_is_called_by_the_loop(project:
         "local"
     )
 
-    agent(session)
+    session = agent(session)
 
     assert tool_result_outputs(session) == [
         {"expression": "(128 * 37) + (2 ** 10)", "result": 5760.0}

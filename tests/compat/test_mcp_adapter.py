@@ -64,7 +64,7 @@ def test_the_agent_loop_gets_both_answers_as_tool_results(echo_tools: Any, proje
     )
     session = flow.Session.from_user_message("Use MCP.", project=project)
 
-    flow.Agent("Use the MCP tools.", provider, tools=list(echo_tools))(session)
+    session = flow.Agent("Use the MCP tools.", provider, tools=list(echo_tools))(session)
 
     echoed, refused = tool_result_outputs(session)
     assert echoed == {"text": "ping"}

@@ -79,7 +79,7 @@ def test_commit_memory_and_commit_on_forward(project: Any) -> None:
     assert (entry.text, entry.scope, entry.source_session_id) == (
         "The user greets in one word.",
         "project",
-        session.id,
+        out.id,  # committed from the output session (the one holding the turn)
     )
     # The next call recalls it (an event chunk records what was recalled).
     explicit = flow.Agent(
@@ -89,7 +89,7 @@ def test_commit_memory_and_commit_on_forward(project: Any) -> None:
         system_tools=False,
     )
     later = flow.Session.from_user_message("Greet me in one word.", project=project)
-    explicit(later)
+    later = explicit(later)
     recalls = [c.content for c in later.chunks if c.kind == "event"]
     assert recalls[0]["entries"] == [str(entry.id)]
     result = explicit.commit_memory(later)

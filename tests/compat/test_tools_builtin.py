@@ -74,7 +74,7 @@ def test_example_04_write_read_and_count_lines_with_no_tool_wiring(
         "Write notes.txt, read it, count its lines.", project=project
     ).to("local", spec=str(tmp_path))
 
-    agent(user)
+    user = agent(user)
 
     write, read, shell = tool_result_outputs(user)
     assert write == {"bytes_written": 20}
@@ -105,7 +105,7 @@ def test_listing_existence_and_code(project: Any, tmp_path: Path) -> None:
         "local", spec=str(tmp_path)
     )
 
-    flow.Agent("Look around.", provider)(session)
+    session = flow.Agent("Look around.", provider)(session)
 
     listing, exists, missing, code, ruby, multiline = tool_result_outputs(session)
     assert listing == {"entries": [{"name": "a.md", "path": "docs/a.md", "is_dir": False}]}
@@ -135,7 +135,7 @@ def test_the_sandbox_policy_governs_openraths_tools_by_either_name(
         "local", spec=str(tmp_path), policy=ToolPolicy(allowed_tools=frozenset({"read_file"}))
     )
 
-    flow.Agent("Try.", provider)(session)
+    session = flow.Agent("Try.", provider)(session)
 
     read, write, shell = tool_result_outputs(session)
     assert read["data"] == "data"
@@ -148,7 +148,7 @@ def test_without_a_sandbox_the_tools_report_it_to_the_model(project: Any) -> Non
     provider = scripted({"tool_calls": [call("c1", "run_shell_command", cmd="ls")]}, {"text": "."})
     session = flow.Session.from_user_message("ls", project=project)
 
-    flow.Agent("Try.", provider)(session)
+    session = flow.Agent("Try.", provider)(session)
 
     [error] = tool_result_outputs(session)
     assert error.startswith("NoSandbox: session has no sandbox")

@@ -13,6 +13,7 @@ import pytest
 
 from sessions_app import agents, context, streaming
 from sessions_app.agents import Agent, chunks_to_messages
+from sessions_app.models import LineageEdge
 from sessions_app.models import Session as SessionRow
 from sessions_app.providers import (
     DeltaCallback,
@@ -135,9 +136,11 @@ def test_a_multi_turn_tool_loop_writes_exactly_these_chunks(
     session.to("local", spec=str(tmp_path))
     agent = Agent("You add numbers.", provider, tools=[add, Shout(), "builtin"], name="adder")
 
-    returned = agent(session)
+    given = session
+    session = agent(session)
 
-    assert returned is session
+    assert session is not given
+    assert [c.content for c in given.chunks] == [{"text": "Add 2 and 3, shout done, keep a note."}]
     assert [t.name for t in agent.tools] == [
         "add",
         "shout",
@@ -308,7 +311,7 @@ def test_bad_tool_calls_become_errors_the_model_corrects(project: Any) -> None:
     )
     session = Session.from_user_message("What is 2 + 3?", project=project)
 
-    Agent("Use the tool.", provider, tools=[add], name="calc")(session)
+    session = Agent("Use the tool.", provider, tools=[add], name="calc")(session)
 
     schema_error = "invalid arguments for tool 'add': at 'a': 'two' is not of type 'integer'"
     json_error = (
@@ -368,7 +371,7 @@ def test_max_turns_stops_with_an_event_chunk_and_no_error(project: Any) -> None:
     )
     session = Session.from_user_message("Loop forever.", project=project)
 
-    Agent("Keep adding.", provider, tools=[add], name="looper", max_turns=2)(session)
+    session = Agent("Keep adding.", provider, tools=[add], name="looper", max_turns=2)(session)
 
     assert len(provider.requests) == 2
     assert rows(session)[-3:] == [
@@ -400,7 +403,9 @@ def test_a_policy_call_limit_is_reported_to_the_model(project: Any) -> None:
     )
     session = Session.from_user_message("Two sums.", project=project)
 
-    Agent("Add.", provider, tools=[add], name="limited", policy=ToolPolicy(max_calls=1))(session)
+    session = Agent("Add.", provider, tools=[add], name="limited", policy=ToolPolicy(max_calls=1))(
+        session
+    )
 
     assert [c.content for c in session.chunks if c.kind == "tool_result"] == [
         {"tool_call_id": "c1", "name": "add", "output": 2},
@@ -430,7 +435,7 @@ def test_streamed_deltas_reach_listeners_in_order(project: Any) -> None:
     events: list[tuple[str, dict[str, Any]]] = []
     unsubscribe = streaming.subscribe(lambda event, payload: events.append((event, payload)))
     try:
-        Agent("Add.", provider, tools=[add], name="streamer")(session)
+        session = Agent("Add.", provider, tools=[add], name="streamer")(session)
     finally:
         unsubscribe()
 
@@ -491,7 +496,7 @@ def test_chunks_map_to_messages_and_untrusted_text_is_never_a_system_message(
     )
     provider = scripted({"text": "D'accord."})
 
-    Agent("You are careful.", provider, name="careful", system_tools=False)(session)
+    session = Agent("You are careful.", provider, name="careful", system_tools=False)(session)
 
     messages = provider.requests[0]["messages"]
     assert messages == [
@@ -560,14 +565,21 @@ def test_everything_written_during_a_call_is_tagged_and_outer_context_is_kept(
     session = Session.from_user_message("Fork please.", project=project)
 
     with context.writing(workflow="Outer/Inner"):
-        Agent("Fork.", provider, tools=[branch], name="brancher")(session)
+        out = Agent("Fork.", provider, tools=[branch], name="brancher")(session)
         assert context.current().agent == ""
 
-    assert [c.agent for c in session.chunks] == ["", "brancher", "brancher", "brancher"]
+    assert [c.agent for c in out.chunks] == ["", "brancher", "brancher", "brancher"]
+    output_row = SessionRow.objects.get(id=out.id)
+    assert (output_row.op, output_row.agent, output_row.workflow) == (
+        "fork",
+        "brancher",
+        "Outer/Inner",
+    )
+    session = out  # the tool was handed the output session, so its fork comes off that
     (fork,) = forks
     row = SessionRow.objects.get(id=fork.id)
     assert (row.op, row.agent, row.workflow) == ("fork", "brancher", "Outer/Inner")
-    (edge,) = fork.lineage().edges
+    (edge,) = [e for e in fork.lineage().edges if e.child_id == fork.id]
     assert (edge.parent_id, edge.child_id, edge.op, edge.agent, edge.workflow) == (
         session.id,
         fork.id,
@@ -611,14 +623,16 @@ def test_memory_is_recalled_injected_recorded_and_committed(project: Any) -> Non
         commit=commit,
     )
 
-    agent(session)
+    given = session
+    session = agent(session)
 
+    # Session-scoped memory is recalled from the session given; the output is committed.
     assert recalls == [
         {
             "project": project,
             "scope": "agent",
             "agent": "guide",
-            "session_id": session.id,
+            "session_id": given.id,
             "query": "How far is the airport?",
             "k": 2,
         }
@@ -653,7 +667,9 @@ def test_an_empty_recall_adds_no_message_but_is_still_recorded(project: Any) -> 
     provider = scripted({"text": "Hello."})
     session = Session.from_user_message("Hi", project=project)
 
-    Agent("Greet.", provider, name="greeter", memory="project", recall=lambda **_: [])(session)
+    session = Agent("Greet.", provider, name="greeter", memory="project", recall=lambda **_: [])(
+        session
+    )
 
     assert provider.requests[0]["messages"] == [
         {"role": "system", "content": "Greet."},
@@ -677,10 +693,14 @@ def test_a_provider_error_propagates_and_what_happened_stays(project: Any) -> No
     assert str(caught.value) == (
         "scripted provider <inline>: all 1 turn(s) used; call 2 has no turn left"
     )
+    # The turn so far is in the output fork (the note names it); the input is as it was.
+    (edge,) = LineageEdge.objects.filter(parent_id=session.id)
+    output = Session.load(edge.child_id)
     assert caught.value.__notes__ == [
-        f"in agent 'broken', model call 2 of at most 8, on session {session.id}"
+        f"in agent 'broken', model call 2 of at most 8, on session {output.id}"
     ]
-    assert [(c.kind, c.agent) for c in session.chunks] == [
+    assert len(session) == 1
+    assert [(c.kind, c.agent) for c in output.chunks] == [
         ("message", ""),
         ("tool_call", "broken"),
         ("tool_result", "broken"),
@@ -809,7 +829,7 @@ def test_an_agent_round_trip_through_the_openai_provider(
         session = Session.from_user_message("What is 2 + 3?", project=project)
 
         agent = Agent("Use tools.", provider, tools=[add], name="openai-agent")
-        agent(session)
+        session = agent(session)
 
     openai_usage = {"model": "gpt-test", "provider": "openai"}
     assert rows(session) == [
@@ -914,7 +934,7 @@ def test_a_truncated_tool_output_is_kept_whole_as_an_artifact(
         {"text": "done"},
     )
     session = Session.from_user_message("dump it", project=project)
-    Agent("Use the tool.", provider, tools=[dump], name="dumper")(session)
+    session = Agent("Use the tool.", provider, tools=[dump], name="dumper")(session)
 
     result = session.chunks[2]
     full = "".join(f"line {n}\n" for n in range(5000)).encode()

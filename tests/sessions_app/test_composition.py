@@ -99,8 +99,9 @@ class Research(Workflow):
         self.compress = Compressor(provider)
 
     def forward(self, session: Session) -> Session:
-        up = self.optimist(session.fork(title="upside"))
-        down = self.skeptic(session.fork(title="downside"))
+        # Each agent returns a new session (a fork of ``session``): no explicit fork needed.
+        up = self.optimist(session)
+        down = self.skeptic(session)
         return self.compress(Session.merge(up, down, title="both views"))
 
 
@@ -129,26 +130,33 @@ def test_nested_workflows_produce_an_exactly_tagged_lineage_graph(project: Any) 
 
     graph = root.lineage()
     nodes = graph.nodes
+    question_title = "Should we use Postgres?"
     assert [(n.op, n.agent, n.workflow, n.title) for n in nodes] == [
-        ("create", "", "", "Should we use Postgres?"),
-        ("fork", "", "review/Research", "upside"),
-        ("fork", "", "review/Research", "downside"),
+        ("create", "", "", question_title),
+        ("fork", "optimist", "review/Research", question_title),
+        ("fork", "skeptic", "review/Research", question_title),
         ("merge", "", "review/Research", "both views"),
         ("compress", "compressor", "review/Research", "summary of both views"),
+        ("fork", "reviewer", "review", "summary of both views"),
     ]
-    root_row, up, down, merged, compressed = nodes
-    assert result.id == compressed.id
+    root_row, up, down, merged, compressed, reviewed = nodes
+    assert result.id == reviewed.id
+    assert [Session.load(n.id).lineage_kind.name for n in (up, down, reviewed)] == [
+        "OP_SESSION_LOOP"
+    ] * 3
+    assert len(root) == 1  # every agent left the session it was given as it was
     order = [n.id for n in nodes]
     edges = sorted(graph.edges, key=lambda e: (order.index(e.child_id), e.position))
     assert [
         (e.parent_id, e.child_id, e.op, e.parent_len, e.position, e.agent, e.workflow)
         for e in edges
     ] == [
-        (root_row.id, up.id, "fork", 1, 0, "", "review/Research"),
-        (root_row.id, down.id, "fork", 1, 0, "", "review/Research"),
+        (root_row.id, up.id, "fork", 1, 0, "optimist", "review/Research"),
+        (root_row.id, down.id, "fork", 1, 0, "skeptic", "review/Research"),
         (up.id, merged.id, "merge", 2, 0, "", "review/Research"),
         (down.id, merged.id, "merge", 2, 1, "", "review/Research"),
         (merged.id, compressed.id, "compress", 3, 0, "compressor", "review/Research"),
+        (compressed.id, reviewed.id, "fork", 1, 0, "reviewer", "review"),
     ]
 
     def authored(session_id: uuid.UUID) -> list[tuple[str, str, str, str, str]]:
@@ -171,18 +179,21 @@ def test_nested_workflows_produce_an_exactly_tagged_lineage_graph(project: Any) 
         ("assistant", "message", "Postgres scales.", "optimist", str(up.id)),
         ("assistant", "message", "Postgres needs a server.", "skeptic", str(down.id)),
     ]
-    assert authored(compressed.id) == [
-        (
-            "user",
-            "summary",
-            "One side says it scales, the other that it needs a server.",
-            "compressor",
-            "",
-        ),
+    summary = (
+        "user",
+        "summary",
+        "One side says it scales, the other that it needs a server.",
+        "compressor",
+        "",
+    )
+    assert authored(compressed.id) == [summary]
+    assert authored(reviewed.id) == [
+        summary,
         ("assistant", "message", "Both points hold.", "reviewer", ""),
     ]
-    # Each token is counted once: the merge copied chunks without spending.
-    assert [Session.load(n.id).usage["total_tokens"] for n in nodes] == [0, 13, 15, 0, 63]
+    # Each token is counted once, on the session whose chunk spent it: the merge copied
+    # chunks without spending, and each fork holds only its own turn's usage.
+    assert [Session.load(n.id).usage["total_tokens"] for n in nodes] == [0, 13, 15, 0, 39, 24]
     # The reviewer saw the summary, not the branches.
     assert provider.requests[3] == [
         {"role": "system", "content": "Review the findings."},
@@ -263,7 +274,7 @@ def test_a_selection_is_recorded_and_returns_the_workflow(project: Any) -> None:
     selector = Selector([SmallTalk(), DeepDive()], provider, name="router")
 
     chosen = selector(session)
-    chosen(session)
+    session = chosen(session)
 
     assert isinstance(chosen, DeepDive)
     assert provider.requests == [
