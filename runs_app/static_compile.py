@@ -104,7 +104,7 @@ def _agent_resource(path: str, param: AgentParam) -> AgentResource:
 
 def collect_manifest(workflow: Workflow) -> ResourceManifest:
     """The manifest of ``workflow``'s tree: pre-order, each node's agents before its children,
-    both in assignment order. A Selector's own provider is collected; its targets are not."""
+    both sorted by attribute name. A Selector's own provider is collected; its targets are not."""
     manifest = ResourceManifest()
     seen: set[int] = set()
 

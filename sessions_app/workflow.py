@@ -11,9 +11,10 @@ Differences from OpenRath 2.0, on purpose:
 
 - ``name`` (class attribute) names the workflow for the registry and the API; without it the
   identity is OpenRath's ``"{module}.{qualname}"``;
-- a ``description`` class attribute is kept: ``__init__`` only overrides it when given one;
-- ``named_children()`` and ``named_agents()`` keep assignment order (as ``nn.Module`` does)
-  instead of sorting.
+- a ``description`` class attribute is kept: ``__init__`` only overrides it when given one.
+
+``named_children()`` and ``named_agents()`` are sorted by attribute name, as OpenRath's are
+(``nn.Module`` keeps assignment order).
 
 ``AgentParam`` (OpenRath's: an agent prompt session, a provider and a memory binding) attributes
 are remembered too, so ``compile()`` (``runs_app.static_compile``) can list every provider a
@@ -166,9 +167,9 @@ class Workflow:
         super().__delattr__(attr)
 
     def named_agents(self) -> tuple[tuple[str, AgentParam], ...]:
-        """``(attribute, AgentParam)`` registered directly on this workflow, in assignment
-        order."""
-        return tuple(self._agent_registry().items())
+        """``(attribute, AgentParam)`` registered directly on this workflow, sorted by attribute
+        name (as OpenRath lists them)."""
+        return tuple(sorted(self._agent_registry().items(), key=lambda item: item[0]))
 
     def compile(self) -> Any:
         """OpenRath's static pass: a ``CompiledWorkflow`` (callable like this workflow) with the
@@ -185,11 +186,12 @@ class Workflow:
         return installed_compiler("inspect_resources").inspect_resources(self)
 
     def named_children(self) -> tuple[tuple[str, Workflow], ...]:
-        """``(attribute, child)`` for every child workflow, in assignment order."""
-        return tuple(self._child_registry().items())
+        """``(attribute, child)`` for every child workflow, sorted by attribute name (as
+        OpenRath lists them)."""
+        return tuple(sorted(self._child_registry().items(), key=lambda item: item[0]))
 
     def children(self) -> Iterator[Workflow]:
-        """The child workflows, in assignment order."""
+        """The child workflows, sorted by attribute name."""
         for _attr, child in self.named_children():
             yield child
 

@@ -50,9 +50,10 @@ class Keyframes:
     again when those deltas reach twice its size (or ``KEYFRAME_MIN_BYTES`` for a small state),
     so each whole state is paid for by twice as many delta bytes — storage stays linear in what
     changed even when the state grows every step, at most about 1.5 times it — and a rebuild
-    reads at most about three times the state. (Once as many: 2.5x the logical bytes of a
-    conversation kept in the state, against 2.0x now; W3m in benchmarks/runs.py.) A worker keeps one per claim; a new claim starts unknown, so its first checkpoint is
-    whole (what was stored before it is not re-read)."""
+    reads at most about three times the state. (At once as many, a conversation kept in the
+    state cost 2.5x its logical bytes; 2.0x now: W3m in benchmarks/runs.py.) A worker keeps one
+    per claim; a new claim starts unknown, so its first checkpoint is whole (what was stored
+    before it is not re-read)."""
 
     #: Bytes of deltas since the last whole state (``None``: not known to this worker).
     delta_bytes: int | None = None

@@ -50,8 +50,8 @@ def test_example_12_manifest_validate_and_lifecycle() -> None:
     assert manifest.provider_kinds() == ["openai"]
     assert [(a.path, a.provider.model, a.has_memory) for a in manifest.agents] == [
         ("summarizer", "gpt-5.5", False),
-        ("triage.agent", "gpt-5.5", False),
         ("deep.agent", "claude-sonnet-4-6", False),
+        ("triage.agent", "gpt-5.5", False),
     ]
     assert manifest.dynamic_nodes == []
     assert compiled.validate() == []
@@ -78,8 +78,8 @@ def test_selectors_are_dynamic_agents_are_collected_and_missing_keys_are_problem
     compiled = Desk().compile()
 
     assert [(a.path, a.has_memory) for a in compiled.manifest.agents] == [
-        ("router.agent", False),
         ("helper.agent", True),
+        ("router.agent", False),
         ("shrink.agent", False),
     ]
     assert compiled.manifest.dynamic_nodes == [DynamicNode("router", "selector", SELECTOR_REASON)]
@@ -88,8 +88,8 @@ def test_selectors_are_dynamic_agents_are_collected_and_missing_keys_are_problem
         "vendor env var, or a config provider)"
     )
     assert compiled.validate() == [
-        f"agent 'router.agent': {problem}",
         f"agent 'helper.agent': {problem}",
+        f"agent 'router.agent': {problem}",
         f"agent 'shrink.agent': {problem}",
     ]
     with pytest.raises(ValueError, match="^workflow pre-flight validation failed:\n  - agent"):

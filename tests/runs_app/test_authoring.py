@@ -393,7 +393,7 @@ def test_call_runs_forward():
     assert Upper()("abc") == "ABC"
 
 
-def test_children_are_tracked_in_assignment_order():
+def test_children_are_tracked_and_listed_by_name_as_in_openrath():
     class Parent(Workflow):
         def __init__(self):
             super().__init__(description="parent")
@@ -402,9 +402,9 @@ def test_children_are_tracked_in_assignment_order():
             self.label = "not a workflow"
 
     parent = Parent()
-    assert [name for name, _child in parent.named_children()] == ["second", "first"]
-    assert list(parent.children()) == [parent.second, parent.first]
-    assert parent.modules() == [parent, parent.second, parent.first]
+    assert [name for name, _child in parent.named_children()] == ["first", "second"]
+    assert list(parent.children()) == [parent.first, parent.second]
+    assert parent.modules() == [parent, parent.first, parent.second]
 
     parent.second = "replaced"  # no longer a workflow: no longer a child
     assert [name for name, _child in parent.named_children()] == ["first"]
