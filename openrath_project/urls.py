@@ -18,7 +18,9 @@ from openrath_project import health, metrics_view
 from openrath_project.console import views as console_views
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+from runs_app.api.sse import RunEventStreamView
 from runs_app.api.views import InterruptViewSet, RunViewSet, WorkflowViewSet
+from sessions_app.api.sse import SessionEventStreamView
 from sessions_app.api.views import SessionViewSet
 
 router = SimpleRouter()
@@ -35,6 +37,13 @@ api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's init script from ?script= (no inline script: the CSP).
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
+    # Server-Sent Events (docs/streaming.md): the WebSocket streams' items over plain HTTP.
+    path("runs/<uuid:pk>/stream/", RunEventStreamView.as_view(), name="run-stream"),
+    path(
+        "sessions/<uuid:pk>/stream/",
+        SessionEventStreamView.as_view(),
+        name="session-stream",
+    ),
     *router.urls,
 ]
 

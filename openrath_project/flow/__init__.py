@@ -62,7 +62,12 @@ _EXPORTS: dict[str, str] = {
     "WorkflowCompiler": "openrath_project.definition:WorkflowCompiler",
     "compile_plan": "openrath_project.definition:compile_plan",
     "DefinitionError": "openrath_project.definition:DefinitionError",
+    # A client of a remote server's /api/v1 (docs/api.md, "Remote client"): needs no Django.
+    "RemoteClient": "openrath_project.client.remote:RemoteClient",
+    "AsyncRemoteClient": "openrath_project.client.remote:AsyncRemoteClient",
 }
+#: Names that need no local set-up: using them does not configure Django.
+_NO_SETUP = frozenset({"RemoteClient", "AsyncRemoteClient"})
 
 
 def __getattr__(name: str) -> Any:
@@ -72,10 +77,11 @@ def __getattr__(name: str) -> Any:
         from openrath_project.compat import missing_name
 
         raise missing_name(__name__, name)
-    # A plain script configures Django here, on first use (openrath_project.library).
-    from openrath_project.library import ensure_ready
+    if name not in _NO_SETUP:
+        # A plain script configures Django here, on first use (openrath_project.library).
+        from openrath_project.library import ensure_ready
 
-    ensure_ready()
+        ensure_ready()
     module_name, _, attr = target.partition(":")
     value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value

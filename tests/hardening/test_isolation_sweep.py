@@ -243,6 +243,13 @@ API_TABLE: dict[str, list[Api]] = {
     "api/v1/^runs/(?P<pk>[^/.]+)/events/$": [
         Api(READ, "GET", f"{R}/events/", target="run"),
     ],
+    # The Server-Sent Events streams, asked for what is committed (then they end).
+    "api/v1/runs/<uuid:pk>/stream/": [
+        Api(READ, "GET", f"{R}/stream/?follow=false", target="run"),
+    ],
+    "api/v1/sessions/<uuid:pk>/stream/": [
+        Api(READ, "GET", f"{S}/stream/?follow=false", target="session"),
+    ],
     "api/v1/^runs/(?P<pk>[^/.]+)/resume/$": [
         Api(
             WRITE,
