@@ -88,13 +88,26 @@ def check_migrations() -> None:
         raise RuntimeError(web_gate.reason)
 
 
+def check_workflows() -> None:
+    """The workflow modules import. Only a process that skipped the start-up check can fail
+    it (an ASGI server without the lifespan protocol): the others refuse to start on it."""
+    from runs_app.registration import workflow_modules_problem
+
+    problem = workflow_modules_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
+
+
 def readiness_checks() -> dict[str, Callable[[], None]]:
     from openrath_project.startup import web_gate
+    from runs_app.registration import workflow_modules_problem
     from sessions_app.sandbox import sandbox_mode
 
     checks: dict[str, Callable[[], None]] = {}
     if web_gate is not None and not web_gate.open:
         checks["migrations"] = check_migrations
+    if workflow_modules_problem() is not None:
+        checks["workflows"] = check_workflows
     checks["database"] = check_database
     if settings.REDIS_URL:
         checks["redis"] = check_redis
@@ -151,7 +164,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
         try:
             check()
         except Exception as exc:  # readiness reports any failure, whatever its type
-            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            # 600: room for a whole workflow-module message (module, cause and fix).
+            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
         else:
             results[name] = {"ok": True}
         results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)

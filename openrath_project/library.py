@@ -82,12 +82,16 @@ def ensure_ready() -> None:
 
         if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
             os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
+        if not settings.configured:
+            # A script's output is its own, as with OpenRath: warnings and errors only, unless
+            # the caller asks for more (LOG_LEVEL=INFO).
+            os.environ.setdefault("LOG_LEVEL", "WARNING")
         import django
 
         django.setup()
         _library_process = True
         if not getattr(settings, "PRODUCTION", False):
-            _migrate_if_needed(Path(settings.DATA_DIR))
+            migrate_if_needed(Path(settings.DATA_DIR))
         _ready = True
 
 
@@ -108,7 +112,8 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _migrate_if_needed(data_dir: Path) -> None:
+def migrate_if_needed(data_dir: Path) -> None:
+    """Apply the migrations ``data_dir``'s database lacks, once however many processes ask."""
     from django.core.management import call_command
 
     from openrath_project.tenancy.dbroles import unapplied_migrations

@@ -1,7 +1,10 @@
 """The ASGI process's own services: the lifespan protocol and the start-up gate.
 
-* :class:`Lifespan` starts the embedded profile's worker threads at ``lifespan.startup`` (once
-  per process: ``runs_app.worker.start_embedded_workers`` is idempotent) and stops them at
+* :class:`Lifespan` checks at ``lifespan.startup`` that the workflow modules import (in every
+  profile): when they do not, the start-up fails with one line naming the module, the cause
+  and the fix, and the server exits without serving (``openrath_project.startup``). Then it
+  starts the embedded profile's worker threads (once per process:
+  ``runs_app.worker.start_embedded_workers`` is idempotent) and stops them at
   ``lifespan.shutdown``.
   A server without the lifespan protocol starts no workers: run ``manage.py run_worker`` beside
   it (``/readyz`` then reports ``workers.can_claim: false`` for the web process's own threads).
@@ -27,6 +30,10 @@ logger = logging.getLogger(__name__)
 UNGATED_PATHS = frozenset({"/healthz", "/readyz"})
 
 
+class StartupRefused(Exception):
+    """A configuration the process cannot serve with; its message is the whole report."""
+
+
 def start_process_services() -> int:
     """Start this process's embedded worker threads when the profile runs them; how many."""
     from runs_app.heartbeats import embedded_workers_wanted
@@ -50,6 +57,12 @@ _started = False
 def ensure_started() -> None:
     global _started
     if not _started:
+        from openrath_project.startup import migrate_embedded_database, workflow_modules_refusal
+
+        refusal = workflow_modules_refusal("the ASGI web process")
+        if refusal is not None:
+            raise StartupRefused(refusal)
+        migrate_embedded_database()  # before its workers poll the tables
         start_process_services()
         _started = True
 
@@ -63,6 +76,9 @@ class Lifespan:
             if message["type"] == "lifespan.startup":
                 try:
                     await sync_to_async(ensure_started, thread_sensitive=False)()
+                except StartupRefused as exc:  # the server logs the line and exits
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
                 except Exception as exc:  # the server reports it and does not start
                     logger.exception("could not start the process's services")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})

@@ -146,3 +146,27 @@ def test_inside_a_configured_django_process_nothing_changes(monkeypatch):
     from openrath_project.tenancy.models import Tenant
 
     assert not Tenant.objects.filter(slug="local").exists()
+
+
+def test_a_script_logs_warnings_only_unless_asked(tmp_path):
+    """A script's output is its own, as with OpenRath: the INFO lines a server logs (the tool
+    sandbox chosen, each model request) appear only with ``LOG_LEVEL=INFO``."""
+    example = ROOT / "tests" / "compat" / "scripts" / "example_04.py"
+
+    def stderr_of(**extra: str) -> str:
+        data_dir = tmp_path / f"data-{len(extra)}"
+        env = {**_plain_env(data_dir, **extra), "OPENRATH_SANDBOX": "auto"}
+        result = subprocess.run(
+            [sys.executable, str(example)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    assert " INFO " not in stderr_of()
+    assert " INFO " in stderr_of(LOG_LEVEL="INFO")

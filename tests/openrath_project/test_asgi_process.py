@@ -181,6 +181,36 @@ class _Forwarder:
 
 
 @pytest.mark.django_db
+def test_the_embedded_server_migrates_a_fresh_data_directory_itself(tmp_path):
+    """No ``migrate`` first (as a plain script needs none): the server's start applies the
+    migrations, so its workers never poll tables that do not exist."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
+        "OPENRATH_DATA_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "openrath_project.settings",
+        "OPENRATH_PROFILE": "embedded",
+        "OPENRATH_EMBEDDED_WORKERS": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    port = free_port()
+    server = _uvicorn(env, port, tmp_path / "server.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert _wait_for(lambda: _answers(base)), (tmp_path / "server.log").read_text()
+        status, ready = _get(f"{base}/readyz")
+        assert status == 200, ready
+        pending = manage(env, "showmigrations", "--plan")
+        assert "[X]" in pending
+        assert "[ ]" not in pending, pending
+        time.sleep(1.5)  # a few polls of the embedded worker: none may fail
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    log = (tmp_path / "server.log").read_text()
+    assert "no such table" not in log, log
+    assert "Traceback" not in log, log
+
+
 def test_production_web_waits_for_the_database_with_healthz_and_503s(tmp_path, settings):
     require_postgres()
     database = settings.DATABASES["default"]

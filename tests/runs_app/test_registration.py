@@ -57,3 +57,17 @@ def test_a_module_off_the_path_is_one_readable_error_until_it_is_fixed(settings,
     assert registry.names() == []
     modules.write("user_flows_c", USER_FLOWS)  # placed on the path: the next use registers it
     assert registration.workflows().names() == ["mine"]
+
+
+def test_the_problem_is_one_line_whatever_the_module_raised(settings, fresh_registry):
+    registry, modules = fresh_registry
+    modules.write("user_flows_d", 'raise RuntimeError("first line\\n  second line")\n')
+    settings.OPENRATH_WORKFLOW_MODULES = ["user_flows_d"]
+    settings.OPENRATH_DEMO_WORKFLOW_MODULES = []
+    assert registration.workflow_modules_problem() == (
+        "cannot import workflow module 'user_flows_d': RuntimeError: first line second line"
+    )
+    assert registry.names() == []
+    modules.write("user_flows_d", USER_FLOWS)
+    assert registration.workflow_modules_problem() is None
+    assert registry.names() == ["mine"]

@@ -39,6 +39,10 @@ def test_cli_end_to_end(capsys, monkeypatch):
         "3600",
     )
     token = token_authenticate(out[-1])
+    assert out[0] == (
+        f"token {token.prefix} named 'ci' for tenant acme, projects: research, "
+        "grants: runs:read, runs:write; store it now, it is not shown again:"
+    )
     assert token.name == "ci"
     assert token.grants == ["runs:read", "runs:write"]
     assert [p.slug for p in token.projects.all()] == ["research"]
@@ -91,6 +95,16 @@ def test_grants_may_be_space_or_comma_separated(tenant, capsys, grant_args):
     token = token_authenticate(out[-1])
     assert token.grants == ["memory:read", "runs:read", "runs:write"]
     assert "grants: memory:read, runs:read, runs:write;" in out[0]
+
+
+def test_an_unnamed_token_for_every_project_says_so(tenant, capsys):
+    out = _run(capsys, "create_token", "acme", "--grants", "runs:read")
+    token = token_authenticate(out[-1])
+    assert token.name == token.prefix  # an unnamed token is named by its prefix
+    assert out[0] == (
+        f"token {token.prefix} for tenant acme, projects: all, grants: runs:read; "
+        "store it now, it is not shown again:"
+    )
 
 
 def test_unknown_space_separated_grant_is_refused_and_mints_nothing(tenant):

@@ -6,8 +6,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from openrath_project.startup import workflow_modules_refusal
 from openrath_project.tenancy import services
 from openrath_project.tenancy.management.cli import audit_cli
 from openrath_project.tenancy.models import ApiToken, Membership, Project, Tenant
@@ -56,6 +57,10 @@ class Command(BaseCommand):
         return path.read_text().strip()
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Before anything is created or printed: the server would refuse to start anyway.
+        refusal = workflow_modules_refusal("the quickstart")
+        if refusal is not None:
+            raise CommandError(refusal)
         call_command("migrate", interactive=False, verbosity=0)
         tenant = Tenant.objects.filter(slug=DEMO_TENANT).first() or services.tenant_create(
             slug=DEMO_TENANT, name="Demo"

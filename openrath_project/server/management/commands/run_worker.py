@@ -4,9 +4,9 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from openrath_project.startup import require_migrations_applied
+from openrath_project.startup import require_migrations_applied, workflow_modules_refusal
 from runs_app.worker import Worker, worker_name
 
 
@@ -38,6 +38,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        refusal = workflow_modules_refusal("the worker")
+        if refusal is not None:  # it could execute none of those workflows' runs
+            raise CommandError(refusal)
         require_migrations_applied("the worker")
         from openrath_project.publisher import install_publisher
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from openrath_project.startup import workflow_modules_refusal
 
 
 class Command(BaseCommand):
@@ -16,6 +18,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
+
+        # Checked here too, before uvicorn starts: with --workers N its supervisor would
+        # restart each refusing child process again and again.
+        refusal = workflow_modules_refusal("the server")
+        if refusal is not None:
+            raise CommandError(refusal)
 
         # The embedded workers start in each server process from the ASGI lifespan
         # (openrath_project.lifespan), as under `uvicorn openrath_project.asgi:application`.

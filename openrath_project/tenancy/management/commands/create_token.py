@@ -72,9 +72,10 @@ class Command(BaseCommand):
             object_id=token.prefix,
             details={"grants": token.grants, "projects": [p.slug for p in projects]},
         )
-        scope = ", ".join(p.slug for p in projects) or "all projects"
+        scope = ", ".join(p.slug for p in projects) or "all"
+        named = f" named {token.name!r}" if token.name != token.prefix else ""  # the default
         self.stdout.write(
-            f"token {token.prefix} ({token.name}) for tenant {tenant.slug}, {scope}, "
+            f"token {token.prefix}{named} for tenant {tenant.slug}, projects: {scope}, "
             f"grants: {', '.join(token.grants)}; store it now, it is not shown again:"
         )
         self.stdout.write(raw)
