@@ -19,6 +19,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openrath_project.settings")
 # Settings give the web process a bounded PostgreSQL connection pool (DATABASE_POOL).
 os.environ.setdefault("OPENRATH_PROCESS", "asgi")
 
+from openrath_project.tracing_setup import configure_tracing  # noqa: E402
+
+configure_tracing("web")  # before Django loads its middleware (the Django instrumentation's)
+
 # Django must be set up before anything imports models.
 django_asgi_app = get_asgi_application()
 

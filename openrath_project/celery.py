@@ -20,8 +20,9 @@ install_metrics_option(app)  # worker --metrics-port
 
 @worker_init.connect
 def _refuse_unmigrated_worker(**kwargs: Any) -> None:
-    from openrath_project.startup import require_migrations_applied
+    from openrath_project.startup import require_migrations_applied, require_workflow_modules
 
+    require_workflow_modules("the Celery worker")  # it could execute none of their runs
     require_migrations_applied("the Celery worker")
 
 
@@ -33,6 +34,15 @@ def _install_stream_publisher(**kwargs: Any) -> None:
     from openrath_project.publisher import install_publisher
 
     install_publisher(shared_layer_only=True)
+
+
+@worker_process_init.connect
+def _start_tracing(**kwargs: Any) -> None:
+    # Each prefork child: a no-op when the parent set tracing up (the SDK's export thread is
+    # restarted after the fork); off unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    from openrath_project.tracing_setup import configure_tracing
+
+    configure_tracing("celery-worker")
 
 
 @beat_init.connect

@@ -22,7 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote_plus
 
+from opentelemetry import trace
+
 CONTEXT_FIELDS = ("request_id", "tenant", "project", "run", "step", "worker")
+#: The current span's ids (hex, as tracing backends show them), when a span is recording.
+TRACE_FIELDS = ("trace_id", "span_id")
 
 _context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar(
     "openrath_log_context",
@@ -152,6 +156,10 @@ class ContextFilter(logging.Filter):
         for name in CONTEXT_FIELDS:
             if not hasattr(record, name):
                 setattr(record, name, ctx.get(name, "-"))
+        if not hasattr(record, "trace_id"):
+            span = trace.get_current_span().get_span_context()
+            record.trace_id = format(span.trace_id, "032x") if span.is_valid else "-"
+            record.span_id = format(span.span_id, "016x") if span.is_valid else "-"
         return True
 
 
@@ -165,7 +173,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for name in CONTEXT_FIELDS:
+        for name in CONTEXT_FIELDS + TRACE_FIELDS:
             value = getattr(record, name, "-")
             if value != "-":
                 payload[name] = value

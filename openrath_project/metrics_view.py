@@ -26,6 +26,8 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.registry import Collector
 
 from effects_app.models import EffectRecord
@@ -127,9 +129,11 @@ def _database_registry() -> CollectorRegistry:
     return registry
 
 
-def render() -> bytes:
-    """The Prometheus text exposition of ``/metrics``."""
-    return generate_latest(_Combined(process_registry(), _database_registry()))
+def render(*, openmetrics: bool = False) -> bytes:
+    """The Prometheus text exposition of ``/metrics`` (OpenMetrics, with the step histogram's
+    trace exemplars, when the scraper asks for it)."""
+    combined = _Combined(process_registry(), _database_registry())
+    return openmetrics_latest(combined) if openmetrics else generate_latest(combined)
 
 
 # --- GET /metrics ---------------------------------------------------------------------------------
@@ -165,4 +169,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             error_body("permission_denied", "metrics are not served to this address"),
             status=403,
         )
+    if "application/openmetrics-text" in request.headers.get("Accept", ""):
+        return HttpResponse(render(openmetrics=True), content_type=OPENMETRICS_TYPE)
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sysconfig
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,25 @@ ROOT_URLCONF = "openrath_project.urls"
 WSGI_APPLICATION = "openrath_project.wsgi.application"
 ASGI_APPLICATION = "openrath_project.asgi.application"
 
+
+def _site_templates() -> Path:
+    """The project's ``templates/`` (DESIGN.md's layout): in a checkout, beside the packages;
+    installed from a wheel, where pip put its data files (``[tool.setuptools.data-files]`` in
+    pyproject.toml: ``<prefix>/share/openrath-django/templates``, or the user scheme's)."""
+    checkout = BASE_DIR / "templates"
+    if checkout.is_dir():
+        return checkout
+    for data in (sysconfig.get_path("data"), sysconfig.get_path("data", f"{os.name}_user")):
+        installed = Path(data) / "share" / "openrath-django" / "templates"
+        if installed.is_dir():
+            return installed
+    return checkout
+
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [_site_templates()],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -170,6 +186,20 @@ def _database(url: str) -> dict[str, Any]:
         config.setdefault("OPTIONS", {})
         config["OPTIONS"].setdefault("connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", 5))
         config["OPTIONS"].setdefault("application_name", env.str("DATABASE_APP_NAME", "openrath"))
+        # A partition drops packets without a reset: a query sent into it waits on Linux's
+        # retransmissions (about 15 min) before failing. tcp_user_timeout fails it once sent data
+        # has gone unacknowledged this long, keepalives find a dead peer on an idle connection;
+        # either way the worker reconnects after the heal instead of waiting out the backoff
+        # (network drills, docs/operations.md "Network faults"). 0 turns each off.
+        tcp_user_timeout = env.int("DATABASE_TCP_USER_TIMEOUT_MS", default=10000)
+        if tcp_user_timeout > 0:
+            config["OPTIONS"].setdefault("tcp_user_timeout", tcp_user_timeout)
+        keepalives_idle = env.int("DATABASE_KEEPALIVES_IDLE", default=10)
+        if keepalives_idle > 0:
+            config["OPTIONS"].setdefault("keepalives", 1)
+            config["OPTIONS"].setdefault("keepalives_idle", keepalives_idle)
+            config["OPTIONS"].setdefault("keepalives_interval", 5)
+            config["OPTIONS"].setdefault("keepalives_count", 3)
         # Server-side prepared statements for the runtime's hot statements (claim, step commit);
         # Django's own queries bind client-side and never prepare. Turn off behind a pooler in
         # transaction mode (PgBouncer before 1.21): DATABASE_PREPARED_STATEMENTS=false.
@@ -196,6 +226,23 @@ def _database(url: str) -> dict[str, Any]:
 
 
 DATABASES: dict[str, dict[str, Any]] = {"default": _database(DATABASE_URL)}
+# A worker cut off in the middle of a transaction leaves its session on the server idle in
+# transaction, holding its run's row lock: claims skip locked rows, so no other worker could take
+# the run over until the server noticed (its TCP keepalive: hours). The runtime's transactions
+# are short and do no network I/O, so a session idle that long in one is a lost client
+# (network drills, docs/operations.md "Network faults"). Not the owner role's (migrations).
+# Behind PgBouncer (which refuses the `options` startup parameter) set 0 and put it on the role.
+# Production only by default: the embedded profile's (and the tests') transactions may wait on a
+# person in `manage.py shell` or on a test's subprocess.
+_IDLE_IN_TRANSACTION_MS = env.int(
+    "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS", default=60000 if PRODUCTION else 0
+)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _IDLE_IN_TRANSACTION_MS:
+    _options = DATABASES["default"]["OPTIONS"]
+    _options["options"] = (
+        f"{_options.get('options', '')} "
+        f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_MS}"
+    ).strip()
 MIGRATION_DATABASE_URL = env.str("MIGRATION_DATABASE_URL", default="")
 if MIGRATION_DATABASE_URL:
     DATABASES["migrations"] = _database(MIGRATION_DATABASE_URL)
@@ -470,6 +517,11 @@ OPENRATH_MAX_CHUNK_BYTES = env.int("OPENRATH_MAX_CHUNK_BYTES", default=256 * 102
 # quickstart's research team, docs/examples.md) are registered in addition to them, by default in
 # the embedded profile only: setting OPENRATH_WORKFLOW_MODULES never unregisters the demo.
 OPENRATH_WORKFLOW_MODULES = env.list("OPENRATH_WORKFLOW_MODULES", default=[])
+# Tracing (docs/observability.md): exporting is switched by the standard OTEL_* variables.
+# Projects ("tenant/project", "*" for all) whose prompt and completion text may go into spans.
+OPENRATH_TRACE_CONTENT_PROJECTS = tuple(env.list("OPENRATH_TRACE_CONTENT_PROJECTS", default=[]))
+# The console links a run's trace id here: "https://tracing.example/trace/{trace_id}".
+OPENRATH_TRACE_URL_TEMPLATE = env.str("OPENRATH_TRACE_URL_TEMPLATE", default="")
 OPENRATH_DEMO_WORKFLOW_MODULES = (
     ["openrath_project.examples.research_team"]
     if env.bool("OPENRATH_DEMO_WORKFLOWS", default=not PRODUCTION)

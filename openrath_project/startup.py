@@ -11,6 +11,15 @@ While the database is unreachable at start:
   other request with a 503 until the database answers; then it checks the migrations once, and
   from there serves (or keeps answering 503, naming the unapplied migrations). A Kubernetes
   Service sends it no traffic meanwhile, and the liveness probe does not restart it in a loop.
+
+Workflow modules (``OPENRATH_WORKFLOW_MODULES``) that cannot be imported are a configuration
+error, not an outage: nothing but a corrected environment and a restart fixes them. So every
+process that runs or starts workflows (the ASGI web process at lifespan start-up, ``serve``,
+``quickstart``, ``run_worker``, the Celery worker) refuses to start with one line naming the
+module, the cause and the fix (:func:`workflow_modules_refusal`), and exits non-zero: under
+Kubernetes the pod crash-loops with that line in its log and a rolling update stops with the
+old pods still serving, as for unapplied migrations. Celery beat executes no workflow and does
+not check.
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ import logging
 import sys
 import threading
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
+from openrath_project.library import migrate_if_needed
 from openrath_project.tenancy.dbroles import unapplied_migrations
+from openrath_project.tracing_setup import configure_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +55,28 @@ class DatabaseUnreachable(SystemExit):
     pass
 
 
+class WorkflowModulesUnimportable(SystemExit):
+    pass
+
+
+def workflow_modules_refusal(process: str) -> str | None:
+    """The one line a process refuses to start with when its workflow modules cannot be
+    registered; ``None`` when they can (importing them now, once for the process)."""
+    from runs_app.registration import workflow_modules_problem
+
+    problem = workflow_modules_problem()
+    return None if problem is None else f"Refusing to start {process}: {problem}"
+
+
+def require_workflow_modules(process: str) -> None:
+    """Exit with one readable line (status 1, no traceback) when the workflow modules cannot
+    be registered (see the module docstring)."""
+    message = workflow_modules_refusal(process)
+    if message is not None:
+        print(message, file=sys.stderr)
+        raise WorkflowModulesUnimportable(1) from None
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:300]
@@ -60,14 +94,26 @@ def _unreachable_message(process: str, exc: BaseException) -> str:
     return f"Cannot start {process}: the database is unreachable ({_one_line(exc)})."
 
 
+def migrate_embedded_database() -> None:
+    """The embedded profile sets itself up as a plain script does: its SQLite database is
+    migrated at the first start on a fresh data directory (under the directory's lock, so a
+    script and a server starting at once migrate it once). A production database is never
+    migrated by the processes that serve it (``openrath-migrate``, a separate role)."""
+    if connections[DEFAULT_DB_ALIAS].vendor == "sqlite":
+        migrate_if_needed(Path(settings.DATA_DIR))
+
+
 def require_migrations_applied(process: str) -> None:
     """Exit with a readable message when the production database is behind the code, or
     unreachable (one line, exit status 1, no traceback).
 
-    Every long-running process calls this at start, so it also announces the tool sandbox.
+    Every long-running process calls this at start, so it also announces the tool sandbox
+    and sets up tracing (off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set).
     """
     announce_sandbox()
+    configure_tracing(process)
     if not settings.PRODUCTION:
+        migrate_embedded_database()
         return
     try:
         pending = unapplied_migrations()
@@ -150,7 +196,7 @@ def open_web_gate(process: str) -> MigrationGate | None:
     global web_gate
     announce_sandbox()
     if not settings.PRODUCTION:
-        return None
+        return None  # the embedded database is migrated at lifespan start-up (lifespan.py)
     gate = MigrationGate(process)
     gate.check(at_start=True)
     web_gate = gate

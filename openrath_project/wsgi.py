@@ -6,6 +6,10 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openrath_project.settings")
 
+from openrath_project.tracing_setup import configure_tracing  # noqa: E402
+
+configure_tracing("web")  # before Django loads its middleware (the Django instrumentation's)
+
 from openrath_project.bodylimit import WsgiBodyLimit  # noqa: E402
 from openrath_project.jsonlog import install_log_redaction  # noqa: E402
 from openrath_project.startup import require_migrations_applied  # noqa: E402

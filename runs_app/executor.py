@@ -58,6 +58,7 @@ from runs_app.plan import (
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow, WorkflowRegistry
 from runs_app.state_track import StateTrack
 from runs_app.step import StepRef
+from runs_app.tracing import StepSpans, step_failed
 from sessions_app import context as session_context
 from sessions_app import services as session_services
 from sessions_app.models import Session
@@ -458,7 +459,10 @@ def execute_claim(
         )
         watchdog.start()
         try:
-            return _execute(run, claim, registered, watchdog, max_steps=max_steps)
+            with StepSpans(run, worker=claim.worker) as spans:
+                outcome = _execute(run, claim, registered, watchdog, spans, max_steps=max_steps)
+                spans.finish(outcome.status)
+                return outcome
         except services.StaleLease:
             return Outcome("lost")
         finally:
@@ -496,6 +500,7 @@ def _execute(
     claim: services.Claim,
     registered: RegisteredWorkflow,
     watchdog: Watchdog,
+    spans: StepSpans,
     *,
     max_steps: int | None = None,
 ) -> Outcome:
@@ -559,6 +564,7 @@ def _execute(
             tenant_id=run.tenant_id,
         )
         ref = ctx.ref
+        spans.begin(node_id, attempt)
         watchdog.begin_step(node.timeout_seconds)
         try:
             try:
@@ -719,9 +725,11 @@ def _step_failed(
         error["message"],
         extra={"step": node.id},  # logged after the step's own log context has ended
     )
-    if attempt < node.retry.max_attempts:
+    delay = node.retry.delay(attempt) if attempt < node.retry.max_attempts else None
+    step_failed(error["message"], exc, retry_delay=delay)
+    if delay is not None:
         services.run_schedule_retry(
-            claim=claim, step=node.id, attempt=attempt, delay=node.retry.delay(attempt), error=error
+            claim=claim, step=node.id, attempt=attempt, delay=delay, error=error
         )
         return Outcome("queued")
     services.run_fail(

@@ -30,6 +30,7 @@ from runs_app import services
 from runs_app.control import InterruptRejected, StepSuspended
 from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
 from runs_app.step import StepRef
+from runs_app.tracing import traced_interrupt_request, traced_interrupt_resolve
 from runs_app.transitions import INTERRUPT, UNSET, Changes, Unset
 from sessions_app import services as session_services
 
@@ -108,6 +109,7 @@ def _decision_of(interrupt: Interrupt) -> Decision:
     )
 
 
+@traced_interrupt_request
 def interrupt_request(
     ref: StepRef,
     *,
@@ -240,6 +242,7 @@ def _already_decided(interrupt: Interrupt) -> Conflict:
     )
 
 
+@traced_interrupt_resolve
 def interrupt_resolve(
     *,
     interrupt: Interrupt,

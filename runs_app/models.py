@@ -90,6 +90,9 @@ class Run(models.Model):
     token_budget = models.BigIntegerField(null=True, blank=True)
     cost_budget_usd = models.DecimalField(max_digits=20, decimal_places=8, null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    #: The W3C trace context (``traceparent``) of the run's root span: every worker that claims
+    #: the run continues that trace (``runs_app.tracing``); empty when tracing was off.
+    trace_context = models.JSONField(default=dict, blank=True)
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
+from openrath_project import tracing
 from openrath_project.errors import Conflict
 from openrath_project.ids import uuid7
 from runs_app import dispatch
@@ -87,6 +88,8 @@ def fanout_start(
                 next_nodes=[name],
                 created_by=f"run:{run.id}",
                 event_seq=1,
+                # The router step's span: the branches are its concurrent children.
+                trace_context=tracing.carrier_of(),
             )
             RunEvent.objects.create(
                 run=child,
