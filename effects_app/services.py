@@ -36,6 +36,7 @@ from django.db.models.expressions import Combinable
 from django.utils import timezone
 
 from effects_app.models import RESOLUTIONS, EffectRecord
+from effects_app.tracing import traced_effect
 from openrath_project.errors import Conflict, ValidationFailed
 from openrath_project.jsontext import digest
 from runs_app import services as run_services
@@ -127,6 +128,7 @@ def _accepts_idempotency_key(fn: Callable[..., Any]) -> bool:
     )
 
 
+@traced_effect
 def effect_call(
     ref: StepRef,
     *,
@@ -183,31 +185,11 @@ def effect_call(
         raise NeedsReview("an effect needs review", {"effect": str(record.id), "key": key})
     runnable = ["prepared", "failed", "resolved"]
     if record.status == "started":
-        if record.effect_class != "idempotent":
-            _fenced(
-                record,
-                ref.fencing_token,
-                "needs_review",
-                ["started"],
-                EffectChanges(reason="the worker died while the effect was running"),
-            )
-            raise NeedsReview(
-                "a non-idempotent effect may or may not have happened",
-                {"effect": str(record.id), "key": key, "attempts": record.attempts},
-            )
-        runnable.append("started")  # idempotent: call again with the same key
-    if not _fenced(
-        record,
-        ref.fencing_token,
-        "started",
-        runnable,
-        EffectChanges(
-            attempts=F("attempts") + 1,
-            started_at=timezone.now(),
-            fencing_token=ref.fencing_token,
-            error=None,
-        ),
-    ):
+        if not effect_takeover(record, ref.fencing_token):
+            if record.effect_class == "idempotent":
+                raise LeaseLost()  # the lease moved on before the effect could be reset
+            raise NeedsReview(TAKEOVER_REVIEW_REASON, takeover_details(record))
+    if not effect_mark_started(record, ref.fencing_token, sources=runnable):
         raise LeaseLost()
     call_kwargs = dict(kwargs)
     if _accepts_idempotency_key(fn) and "idempotency_key" not in call_kwargs:
@@ -215,29 +197,117 @@ def effect_call(
     try:
         result = fn(*args, **call_kwargs)
     except Exception as exc:
-        _fenced(
+        effect_mark_finished(
             record,
             ref.fencing_token,
-            "failed",
-            ["started"],
-            EffectChanges(
-                error={"type": type(exc).__name__, "message": str(exc)[:2000]},
-                finished_at=timezone.now(),
-            ),
+            error={"type": type(exc).__name__, "message": str(exc)[:2000]},
         )
         raise
-    stored = _jsonable(result)
-    if not _fenced(
-        record,
-        ref.fencing_token,
-        "succeeded",
-        ["started"],
-        EffectChanges(result=stored, finished_at=timezone.now()),
-    ):
+    if not effect_mark_finished(record, ref.fencing_token, result=result):
         # The lease was lost while fn ran: the effect happened but this worker may not
         # record it. Whoever takes the run over finds it started and decides by its class.
         raise LeaseLost()
     return result
+
+
+#: Why a run waits for a person after a takeover found a non-idempotent effect started.
+TAKEOVER_REVIEW_REASON = "a non-idempotent effect may or may not have happened"
+
+
+def takeover_details(record: EffectRecord) -> dict[str, Any]:
+    return {"effect": str(record.id), "key": record.key, "attempts": record.attempts}
+
+
+def effect_takeover(record: EffectRecord, token: int) -> bool:
+    """The takeover decision on an effect found ``started`` by the lease ``token`` (its
+    previous holder died, or gave it up, while the effect ran): ``True`` when it may be called
+    again with the same idempotency key (idempotent); ``False`` when it may or may not have
+    happened (non-idempotent): the effect is moved to ``needs_review``, fenced by ``token``, and
+    the caller parks the run in ``needs_review`` too (``run_services.run_needs_review``). An
+    idempotent one goes back to ``prepared`` (recorded, not in flight: OpenRath's "retryable"),
+    fenced by ``token``, and is then started again like any prepared effect."""
+    if record.effect_class == "idempotent":
+        return _fenced(record, token, "prepared", ["started"], EffectChanges())
+    _fenced(
+        record,
+        token,
+        "needs_review",
+        ["started"],
+        EffectChanges(reason="the worker died while the effect was running"),
+    )
+    return False
+
+
+def effect_mark_started(
+    record: EffectRecord, token: int, *, sources: list[str] | None = None
+) -> bool:
+    """``-> started`` (an attempt begins), fenced by the lease ``token``; ``False`` when the
+    lease or the record moved on."""
+    return _fenced(
+        record,
+        token,
+        "started",
+        sources or ["prepared"],
+        EffectChanges(
+            attempts=F("attempts") + 1,
+            started_at=timezone.now(),
+            fencing_token=token,
+            error=None,
+        ),
+    )
+
+
+def effect_mark_finished(
+    record: EffectRecord, token: int, *, result: Any = None, error: dict[str, Any] | None = None
+) -> bool:
+    """``started -> succeeded`` (with ``result``) or ``-> failed`` (with ``error``), fenced by
+    the lease ``token``."""
+    if error is not None:
+        changes = EffectChanges(error=error, finished_at=timezone.now())
+        return _fenced(record, token, "failed", ["started"], changes)
+    changes = EffectChanges(result=_jsonable(result), finished_at=timezone.now())
+    return _fenced(record, token, "succeeded", ["started"], changes)
+
+
+def effect_prepare(
+    *,
+    run_id: Any,
+    step: str,
+    key: str,
+    effect_class: str,
+    request: dict[str, Any],
+    request_digest: str,
+    token: int,
+) -> EffectRecord | None:
+    """Record a ``prepared`` effect of a run held under the lease ``token`` (an effect
+    recorded by hand, outside a step: OpenRath's ``EffectLedger.prepare``). The run row is
+    locked and must still be ``running`` under ``token``: ``None``, recording nothing, when
+    it is not. The same ``(run, step, key)`` again returns the recorded row (the caller
+    compares its request); ``EffectConflict`` is the caller's to raise."""
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update()
+            .filter(id=run_id, fencing_token=token, status="running")
+            .only("id", "tenant_id", "project_id")
+            .first()
+        )
+        if run is None:
+            return None
+        existing = EffectRecord.objects.filter(run_id=run_id, step=step, key=key).first()
+        if existing is not None:
+            return existing
+        return EffectRecord.objects.create(
+            tenant_id=run.tenant_id,
+            project_id=run.project_id,
+            run_id=run.id,
+            step=step,
+            key=key,
+            idempotency_key=derive_idempotency_key(run.id, step, key),
+            effect_class=effect_class,
+            request=request,
+            request_digest=request_digest,
+            fencing_token=token,
+        )
 
 
 def effect_resolve(

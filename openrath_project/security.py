@@ -5,6 +5,10 @@ In this product a run belongs to a tenant and a project; its security context is
 the stored run (tenant slug, the principal recorded as its creator), never from the submitting
 process, so a worker in another process sees what the submitter had. Grants are not stored with
 a run: access is decided by tokens and scopes at the API (docs/api.md). Pure Python.
+
+OpenRath's audit sinks are refused on purpose (``OpenRathNameUnsupported``, naming what to use):
+operator and API actions are audited by the product itself, in the database, never through a
+sink object the caller wires in.
 """
 
 from __future__ import annotations
@@ -13,6 +17,31 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = ["Principal", "PrincipalKind", "SecurityContext"]
+
+_AUDIT = (
+    "the product audits operator and API actions itself, in its database (who, what, when, "
+    "the outcome), whatever the caller wires in; there is no sink object to pass to a server"
+)
+_AUDIT_INSTEAD = (
+    "read the audit trail with GET /api/v1/audit/ (or the console); the JSON logs "
+    "(OPENRATH_LOG_FORMAT=json) carry the request id for log collectors"
+)
+
+#: OpenRath's ``rath.security`` names this product leaves out -> (why, what to use instead).
+UNSUPPORTED: dict[str, tuple[str, str]] = {
+    "StructuredAuditSink": (_AUDIT, _AUDIT_INSTEAD),
+    "AuditSink": (_AUDIT, _AUDIT_INSTEAD),
+    "InMemoryAuditSink": (_AUDIT, _AUDIT_INSTEAD),
+}
+
+
+def __getattr__(name: str) -> object:
+    from openrath_project.compat import OpenRathNameUnsupported
+
+    entry = None if name.startswith("__") else UNSUPPORTED.get(name)
+    if entry is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise OpenRathNameUnsupported(__name__, name, *entry)
 
 
 class PrincipalKind(StrEnum):

@@ -11,8 +11,9 @@ Interrupt: ``pending -> resolved`` (someone decided) or ``pending -> expired`` (
 time; the declared default, or a reject, stands in).
 
 Effect (a ledger row): born ``prepared`` (or ``succeeded``: a recorded decision);
-``prepared | failed | resolved -> started`` before each call; ``started -> started`` when an
-idempotent effect is called again after a crash; ``started -> succeeded | failed`` when the
+``prepared | failed | resolved -> started`` before each call; ``started -> prepared`` when an
+idempotent effect is found started after a crash (it will be called again with the same
+idempotency key, as OpenRath's "retryable"); ``started -> succeeded | failed`` when the
 call returns or raises; ``started -> needs_review`` when a non-idempotent call may or may not
 have happened; ``needs_review -> resolved`` on an operator's answer.
 
@@ -231,9 +232,10 @@ EFFECT: Final = StateMachine(
         EffectStatus,
         {
             _E.PREPARED: (_E.STARTED,),
-            # started -> started: an idempotent effect found started after a crash is called
-            # again with the same idempotency key (a non-idempotent one goes to needs_review).
-            _E.STARTED: (_E.STARTED, _E.SUCCEEDED, _E.FAILED, _E.NEEDS_REVIEW),
+            # started -> prepared: an idempotent effect found started after a crash, to be
+            # called again with the same idempotency key (a non-idempotent one goes to
+            # needs_review).
+            _E.STARTED: (_E.PREPARED, _E.SUCCEEDED, _E.FAILED, _E.NEEDS_REVIEW),
             _E.FAILED: (_E.STARTED,),  # the step is retried and calls it again
             _E.NEEDS_REVIEW: (_E.RESOLVED,),
             # not_applied: the run calls it once more ("applied" / "cancel_run" stay resolved).

@@ -22,7 +22,7 @@ from openrath_project.context import RunContext
 from openrath_project.jsontext import digest
 from openrath_project.runtime.effects import EffectLedger, Reconciliation, reconcile_stale_effects
 from openrath_project.runtime.models import Run, RunStatus, SchemaValidationError
-from openrath_project.runtime.store import RunStore
+from openrath_project.runtime.store import RunStore, project_of
 
 __all__ = ["LocalRuntime"]
 
@@ -30,38 +30,8 @@ _WAITING_FOR_PEOPLE = (RunStatus.WAITING, RunStatus.NEEDS_REVIEW)
 
 
 def _project(context: RunContext) -> Any:
-    """The context's project (tenant slug / project slug), created on first use in a script
-    and for the library tenant; elsewhere it must exist."""
-    from openrath_project.errors import Conflict
-    from openrath_project.library import default_project, is_library_process, library_tenant_slug
-    from openrath_project.tenancy.models import Project, Tenant
-    from openrath_project.tenancy.services import project_create, tenant_create
-
-    tenant_slug, project_slug = context.tenant_id, context.project
-    if tenant_slug == library_tenant_slug() and project_slug == "default":
-        return default_project()
-    project = (
-        Project.objects.select_related("tenant")
-        .filter(tenant__slug=tenant_slug, slug=project_slug)
-        .first()
-    )
-    if project is not None:
-        return project
-    if not is_library_process():
-        raise LookupError(
-            f"no project {tenant_slug}/{project_slug}: create it (manage.py or the console) "
-            "before submitting runs to it"
-        )
-    tenant = Tenant.objects.filter(slug=tenant_slug).first()
-    if tenant is None:
-        try:
-            tenant = tenant_create(slug=tenant_slug, name=tenant_slug)
-        except Conflict:
-            tenant = Tenant.objects.get(slug=tenant_slug)
-    try:
-        return project_create(tenant=tenant, slug=project_slug, name=project_slug)
-    except Conflict:
-        return Project.objects.get(tenant=tenant, slug=project_slug)
+    """The context's project (tenant slug / project slug): :func:`store.project_of`."""
+    return project_of(context.tenant_id, context.project)
 
 
 def _check_schema(schema: Any, value: Any, where: str) -> None:
@@ -255,7 +225,7 @@ class LocalRuntime:
         return self.store.requeue_expired_leases(now=now)
 
     def reconcile_effects(
-        self, *, grace_seconds: float = 0, now: datetime | None = None
+        self, *, grace_seconds: float = 30.0, now: datetime | None = None
     ) -> Reconciliation:
         return reconcile_stale_effects(
             self.effect_ledger, self.store, grace_seconds=grace_seconds, now=now

@@ -165,8 +165,10 @@ def _status(value: str) -> RunStatus:
 
 @dataclass(frozen=True)
 class Run:
-    """A run as stored. ``version`` is the run's event sequence: every stored change appends
-    an event, so it is the optimistic-concurrency version (``expected_version=``)."""
+    """A run as stored. ``version`` counts the run's stored changes since it was created (0 for
+    a new run, as in OpenRath): every change appends an event, so it is the run's event
+    sequence less its ``run.created`` event, and the optimistic-concurrency version
+    (``expected_version=``)."""
 
     id: uuid.UUID
     status: RunStatus
@@ -236,7 +238,7 @@ class Run:
             session_id=row.session_id,
             state=freeze(state),
             next_nodes=tuple(row.next_nodes or ()),
-            version=row.event_seq,
+            version=row.event_seq - 1,
             priority=row.priority,
             attempt=row.attempt,
             project=project_slug,
@@ -333,7 +335,7 @@ class Invocation:
     run_id: uuid.UUID
     step: str
     tool_name: str
-    idempotency_key: str
+    idempotency_key: str | None
     effect_class: str
     arguments_digest: str
     status: InvocationStatus

@@ -15,11 +15,23 @@ A process has one configured database (Django's ``default``). A store names it:
 * in a configured process (server, worker, pytest-django) the store must name the configured
   database, else :class:`StoreMismatch` says which one is configured.
   :meth:`RunStore.configured` is the store of whatever database is configured.
+
+Runs a caller holds itself
+--------------------------
+OpenRath's tests drive the queue by hand: ``create_run(Run.create(plan_id=...))`` queues a run
+of a plan no workflow compiles to (an *opaque* plan, ``services.run_create_opaque``: no worker
+ever executes it, claims skip it), ``claim_next`` / ``transition_run(target=RUNNING)`` claim a
+run with the workers' own ``services.lease_claim`` (fencing token, lease), and the effect
+ledger's hand-written entries (``openrath_project.runtime.effects``) are fenced by that
+lease. The leases this process holds by hand are kept in :func:`held_lease` (a hand claim has
+no step running under it, so its holder is the caller).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import threading
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +46,7 @@ from openrath_project.runtime.models import (
     ConflictError,
     Interrupt,
     InterruptKind,
+    InvalidRunTransition,
     Run,
     RunEvent,
     RunStatus,
@@ -50,7 +63,71 @@ __all__ = [
     "RunStore",
     "SQLiteRunStore",
     "StoreMismatch",
+    "held_lease",
+    "project_of",
 ]
+
+#: Leases this process holds by hand (a store's ``claim_next`` / ``transition_run(RUNNING)``),
+#: by run id: the service claim, whose token fences the effect ledger's hand-written entries.
+_HELD: dict[uuid.UUID, Any] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def held_lease(run_id: uuid.UUID | str) -> Any | None:
+    """The service ``Claim`` this process holds by hand on the run, if any (it may be stale:
+    every write under it is fenced by its token)."""
+    with _HELD_LOCK:
+        return _HELD.get(uuid.UUID(str(run_id)))
+
+
+def _hold(claim: Any) -> None:
+    with _HELD_LOCK:
+        _HELD[claim.run_id] = claim
+
+
+def project_of(tenant_slug: str, project_slug: str = "default") -> Any:
+    """The project ``tenant_slug/project_slug``. In a library process (a plain script, a
+    notebook, OpenRath's tests) a tenant or project named for the first time is created, as the
+    library's own tenant is; in a configured process (server, worker, pytest-django) it must
+    exist (``LookupError``), since tenants are created by an operator there."""
+    from openrath_project.errors import Conflict
+    from openrath_project.library import default_project, library_tenant_slug
+    from openrath_project.tenancy.models import Project, Tenant
+    from openrath_project.tenancy.services import project_create, tenant_create
+
+    if tenant_slug == library_tenant_slug() and project_slug == "default":
+        return default_project()
+    project = (
+        Project.objects.select_related("tenant")
+        .filter(tenant__slug=tenant_slug, slug=project_slug)
+        .first()
+    )
+    if project is not None:
+        return project
+    if not is_library_process():
+        raise LookupError(
+            f"no project {tenant_slug}/{project_slug}: create it (manage.py or the console) "
+            "before submitting runs to it"
+        )
+    tenant = Tenant.objects.filter(slug=tenant_slug).first()
+    if tenant is None:
+        try:
+            tenant = tenant_create(slug=tenant_slug, name=tenant_slug)
+        except Conflict:
+            tenant = Tenant.objects.get(slug=tenant_slug)
+    try:
+        return project_create(tenant=tenant, slug=project_slug, name=project_slug)
+    except Conflict:
+        return Project.objects.get(tenant=tenant, slug=project_slug)
+
+
+def _version_conflict(row: Any, expected: int) -> ConflictError:
+    current = row.event_seq - 1
+    return ConflictError(
+        f"the run is at version {current}, not {expected}",
+        code="version_conflict",
+        details={"version": current},
+    )
 
 
 class StoreMismatch(ValueError):
@@ -61,7 +138,9 @@ def _settings_untouched() -> bool:
     from django.apps import apps
     from django.conf import settings
 
-    return not apps.ready and not settings.configured and not os.environ.get("DATABASE_URL")
+    # DATABASE_URL_FILE names the database as well (openrath_project.secretfiles).
+    chosen = os.environ.get("DATABASE_URL") or os.environ.get("DATABASE_URL_FILE")
+    return not apps.ready and not settings.configured and not chosen
 
 
 def _bind_sqlite(path: Path) -> None:
@@ -91,13 +170,13 @@ def _switch_sqlite(target: Path) -> None:
     """Re-point a library process's SQLite database to ``target`` (migrated on first use)."""
     from django.db import connections
 
-    from openrath_project.library import _migrate_if_needed
+    from openrath_project.library import migrate_if_needed
 
     connection = connections["default"]
     connection.close()
     target.parent.mkdir(parents=True, exist_ok=True)
     connection.settings_dict["NAME"] = str(target)
-    _migrate_if_needed(target.parent)
+    migrate_if_needed(target.parent)
 
 
 def _bind_postgres(dsn: str) -> None:
@@ -149,6 +228,8 @@ class RunStore:
 
     def __init__(self) -> None:
         ensure_ready()
+        #: The worker id of this store's hand claims (``transition_run(target=RUNNING)``).
+        self.worker_id = f"store:{uuid.uuid4().hex[:12]}"
 
     @classmethod
     def configured(cls) -> RunStore:
@@ -198,12 +279,39 @@ class RunStore:
         return tuple(self._value(row) for row in rows)
 
     def create_run(self, run: Run) -> Run:
-        raise UnsupportedOperation(
-            "RunStore.create_run",
-            "a run is created for a registered workflow (its plan, project and working "
-            "session), never as a bare row",
-            "LocalRuntime(store).submit(workflow, ...)",
+        """Queue ``run`` (a :meth:`Run.create` value) as a run of an *opaque* plan: OpenRath
+        names the plan by id, and no registered workflow compiles to it, so no worker ever
+        executes it; the caller claims it (``claim_next``, ``transition_run(target=RUNNING)``)
+        and records its effects by hand. Same checks, working session and ``run.created``
+        event as ``LocalRuntime.submit`` (``services.run_create_opaque``): the tenant and
+        project by :func:`project_of`; ``session_id`` naming a stored session of the project:
+        the run works on a fork of it, else on a new session; the same ``idempotency_key``
+        returns the first run, or ``ConflictError`` for another request. To run a workflow's
+        steps, submit it (``LocalRuntime.submit``)."""
+        from runs_app import services
+        from sessions_app.models import Session
+
+        if run.status is not RunStatus.QUEUED:
+            raise InvalidRunTransition(
+                f"a run is created queued, not {run.status.value}: create it, then move it "
+                "(claim_next / transition_run)"
+            )
+        project = project_of(run.tenant_id, run.project)
+        session = None
+        if run.session_id is not None:
+            session = Session.objects.filter(id=str(run.session_id), project=project).first()
+        row, _created = services.run_create_opaque(
+            project=project,
+            plan_id=str(run.plan_id),
+            revision_id=str(run.revision_id) if run.revision_id is not None else None,
+            state=thaw(run.state),
+            session=session,
+            next_nodes=run.next_nodes,
+            priority=run.priority,
+            idempotency_key=run.idempotency_key,
+            created_by=run.created_by,
         )
+        return self.get_run(row.id)
 
     def transition_run(
         self,
@@ -216,23 +324,23 @@ class RunStore:
     ) -> Run:
         """Move a run by hand (an operator's action), guarded by ``expected_version``.
 
-        ``cancelled`` cancels it (a worker still executing it loses its lease: its late
-        checkpoint is refused); ``queued`` resumes a ``needs_review`` run; ``failed`` /
-        ``timed_out`` end it. ``running`` and ``waiting`` are the worker's and a step's own
-        transitions: use ``claim_next`` / ``ctx.interrupt``.
+        ``running`` is a claim by this store (``services.lease_claim`` on that run, the default
+        lease, a new fencing token held in :func:`held_lease`: the effect ledger's hand-written
+        entries are fenced by it); ``cancelled`` cancels it (a worker still executing it loses
+        its lease: its late checkpoint is refused); ``queued`` resumes a ``needs_review`` run;
+        ``failed`` / ``timed_out`` end it. ``waiting`` is a step's own transition
+        (``ctx.interrupt``).
         """
         from runs_app import services
         from runs_app.transitions import check_transition
 
         wanted = RunStatus(str(target))
         row = self._row(run_id)
-        if row.event_seq != expected_version:
-            raise ConflictError(
-                f"the run is at version {row.event_seq}, not {expected_version}",
-                code="version_conflict",
-                details={"version": row.event_seq},
-            )
+        if row.event_seq - 1 != expected_version:
+            raise _version_conflict(row, expected_version)
         check_transition(row.status, wanted.value)
+        if wanted is RunStatus.RUNNING:
+            return self._claim_by_hand(row, expected_version)
         if wanted is RunStatus.CANCELLED:
             services.run_cancel(run=row, reason=reason, actor=actor)
         elif wanted is RunStatus.QUEUED and row.status == "needs_review":
@@ -251,10 +359,27 @@ class RunStore:
         else:
             raise UnsupportedOperation(
                 f"transition_run(target={wanted.value!r}) from {row.status!r}",
-                "that transition belongs to a worker (claim, retry, interrupt), which makes it "
+                "that transition belongs to a worker's step (retry, interrupt), which makes it "
                 "under its lease",
-                "claim_next() / LocalRuntime.work_once()",
+                "ctx.interrupt(...) in a @step, LocalRuntime.work_once()",
             )
+        return self.get_run(row.id)
+
+    def _claim_by_hand(self, row: Any, expected_version: int) -> Run:
+        from runs_app import services
+
+        claim = services.lease_claim(worker=self.worker_id, run_id=row.id, opaque=True)
+        if claim is None:
+            current = self._row(row.id)
+            if current.event_seq - 1 != expected_version:
+                raise _version_conflict(current, expected_version)
+            raise ConflictError(
+                f"run {row.id} is {current.status} but not claimable now (its retry timer is "
+                "not due)",
+                code="not_claimable",
+                details={"wake_at": str(current.wake_at)},
+            )
+        _hold(claim)
         return self.get_run(row.id)
 
     # -- checkpoints and events ---------------------------------------------------------------
@@ -377,13 +502,9 @@ class RunStore:
 
         row = InterruptRow.objects.get(id=interrupt_id)
         if expected_run_version is not None:
-            current = self._row(row.run_id).event_seq
-            if current != expected_run_version:
-                raise ConflictError(
-                    f"the run is at version {current}, not {expected_run_version}",
-                    code="version_conflict",
-                    details={"version": current},
-                )
+            current = self._row(row.run_id)
+            if current.event_seq - 1 != expected_run_version:
+                raise _version_conflict(current, expected_run_version)
         stored = DECISION_OF_KIND[decision.kind]
         payload = thaw(decision.payload) if decision.payload else None
         interrupt_resolve(
@@ -404,12 +525,17 @@ class RunStore:
         lease_seconds: int | None = None,
         now: datetime | None = None,
     ) -> Claim | None:
-        """Claim the next queued run (``runs_app.services.lease_claim``; the database's clock
-        decides what is due, ``now`` is accepted for OpenRath's signature)."""
+        """Claim the next queued run, of a workflow or of an opaque plan
+        (``runs_app.services.lease_claim``; the database's clock decides what is due, ``now``
+        is accepted for OpenRath's signature). The caller holds the lease (:func:`held_lease`):
+        nothing executes the run's steps meanwhile."""
         from runs_app import services
 
-        claim = services.lease_claim(worker=worker_id, lease_seconds=lease_seconds)
-        return None if claim is None else self._claim(claim)
+        claim = services.lease_claim(worker=worker_id, lease_seconds=lease_seconds, opaque=True)
+        if claim is None:
+            return None
+        _hold(claim)
+        return self._claim(claim)
 
     def _claim(self, claim: Any) -> Claim:
         run = self.get_run(claim.run_id)
@@ -444,6 +570,9 @@ class RunStore:
                 "this worker's any more",
                 code="stale_lease",
             )
+        held = held_lease(run_id)
+        if held is not None and held.token == fencing_token:
+            _hold(claim)  # later heartbeats renew by the same amount
         run = self.get_run(run_id)
         assert run.lease_expires_at is not None
         return Lease(
@@ -500,11 +629,88 @@ class SQLiteRunStore(RunStore):
         super().__init__()
 
 
+#: OpenRath's rule for a schema name: a safe, lower-case PostgreSQL identifier.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
 class PostgresRunStore(RunStore):
     """The production profile's store: ``PostgresRunStore(dsn)`` must name the configured
-    database (or configure it, in a plain script)."""
+    database (or configure it, in a plain script).
 
-    def __init__(self, dsn: str) -> None:
+    OpenRath's keywords, with its meaning where the product has one:
+
+    * ``auto_migrate=True`` applies the migrations (``openrath-migrate``: the owner role from
+      ``MIGRATION_DATABASE_URL`` when set, then the runtime role's grants);
+    * ``schema=`` names the PostgreSQL schema the tables live in: it must be the schema the
+      connection uses (``current_schema()``); choose it in the DSN
+      (``?options=-csearch_path%3D<schema>``), else :class:`StoreMismatch`;
+    * ``pool_max_size=`` bounds the process's pooled connections: in a plain script it turns
+      on Django's psycopg pool of that size (``DATABASE_POOL``, ``DATABASE_POOL_MAX_SIZE``);
+      in a configured process it must be the configured pool's size, else
+      :class:`StoreMismatch` naming the settings.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        auto_migrate: bool = False,
+        pool_max_size: int | None = None,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ValueError("dsn must not be empty")
+        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError("schema must be a safe lower-case PostgreSQL identifier")
+        if pool_max_size is not None and (
+            isinstance(pool_max_size, bool)
+            or not isinstance(pool_max_size, int)
+            or pool_max_size < 1
+        ):
+            raise ValueError("pool_max_size must be a positive integer")
         self.dsn = dsn
+        self.schema = schema
+        if pool_max_size is not None and _settings_untouched():
+            os.environ["DATABASE_POOL"] = "true"
+            os.environ["DATABASE_POOL_MAX_SIZE"] = str(pool_max_size)
         _bind_postgres(dsn)
         super().__init__()
+        if auto_migrate:
+            import io
+
+            from django.core.management import call_command
+
+            call_command("openrath_migrate", stdout=io.StringIO())
+        if schema is not None:
+            _check_schema(schema)
+        if pool_max_size is not None:
+            _check_pool(pool_max_size)
+
+
+def _check_schema(schema: str) -> None:
+    from django.db import connections
+
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT current_schema()")
+        row = cursor.fetchone()
+    current = row[0] if row else None
+    if current != schema:
+        raise StoreMismatch(
+            f"PostgresRunStore(schema={schema!r}): this process's tables are in schema "
+            f"{current!r}; put the schema in the DSN's search path "
+            f"(?options=-csearch_path%3D{schema}) and migrate there (openrath-migrate)"
+        )
+
+
+def _check_pool(size: int) -> None:
+    from django.db import connections
+
+    pool = connections["default"].settings_dict.get("OPTIONS", {}).get("pool")
+    configured = pool.get("max_size") if isinstance(pool, dict) else None
+    if configured != size:
+        raise StoreMismatch(
+            f"PostgresRunStore(pool_max_size={size}): this process's database "
+            + (f"pool holds at most {configured} connections" if configured else "has no pool")
+            + "; set DATABASE_POOL=true and DATABASE_POOL_MAX_SIZE before Django starts (or "
+            "leave pool_max_size out)"
+        )

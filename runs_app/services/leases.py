@@ -62,7 +62,7 @@ _CLAIM_SQL = f"""
 WITH picked AS (
     SELECT id FROM {_RUN}
     WHERE status = 'queued' AND (wake_at IS NULL OR wake_at <= now())
-          {{only}} {{skip}} {{workflows}}
+          {{only}} {{skip}} {{workflows}} {{opaque}}
     ORDER BY priority DESC, created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -95,6 +95,7 @@ class _ClaimRequest:
     skip_tenants: tuple[str, ...]
     workflows: tuple[str, ...] | None
     lease_seconds: int | None
+    opaque: bool = False
 
     def claim(self, run_id: uuid.UUID, token: int, length: int | None) -> Claim:
         return Claim(
@@ -113,6 +114,7 @@ def lease_claim(
     skip_tenants: tuple[str, ...] = (),
     workflows: tuple[str, ...] | None = None,
     lease_seconds: int | None = None,
+    opaque: bool = False,
 ) -> Claim | None:
     """Take the next claimable run (or that one): queued, timer due; priority then age.
 
@@ -122,12 +124,14 @@ def lease_claim(
     and the claim takes the working session's writer in the same transaction (PostgreSQL: one
     statement with ``FOR UPDATE SKIP LOCKED``). ``workflows`` (names) limits the claim to runs
     of those workflows (an in-process ``LocalRuntime`` claims only what it has registered);
-    ``lease_seconds`` overrides ``OPENRATH_LEASE_SECONDS`` for this claim.
+    ``lease_seconds`` overrides ``OPENRATH_LEASE_SECONDS`` for this claim. Runs of an opaque
+    plan (``workflow = ''``, ``services.run_create_opaque``) have nothing a worker can execute:
+    only a claim with ``opaque=True`` (a run store's, held by its caller) takes them.
     """
     if workflows is not None and not workflows:
         return None
     check_transition("queued", "running")
-    request = _ClaimRequest(worker[:200], run_id, skip_tenants, workflows, lease_seconds)
+    request = _ClaimRequest(worker[:200], run_id, skip_tenants, workflows, lease_seconds, opaque)
     return _sql_claim(request) if composed.composed_sql() else _orm_claim(request)
 
 
@@ -140,6 +144,7 @@ def _sql_claim(request: _ClaimRequest) -> Claim | None:
             else ""
         ),
         workflows="AND workflow = ANY(%(workflows)s)" if request.workflows is not None else "",
+        opaque="" if request.opaque else "AND workflow <> ''",
     )
     rows = composed.execute_composed(
         sql,
@@ -171,6 +176,8 @@ def _orm_claim(request: _ClaimRequest) -> Claim | None:
             queryset = queryset.exclude(tenant__slug__in=request.skip_tenants)
         if request.workflows is not None:
             queryset = queryset.filter(workflow__in=request.workflows)
+        if not request.opaque:
+            queryset = queryset.exclude(workflow="")
         picked = (
             queryset.order_by("-priority", "created_at")
             .select_for_update(skip_locked=True)

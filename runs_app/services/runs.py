@@ -26,7 +26,7 @@ from openrath_project.errors import Conflict, RateLimited, ValidationFailed
 from openrath_project.ids import uuid7
 from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import Project
-from runs_app import dispatch
+from runs_app import dispatch, tracing
 from runs_app.models import Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
@@ -65,6 +65,33 @@ def plan_store(plan: Plan) -> WorkflowPlan:
             )
     except IntegrityError:  # stored concurrently by another process
         return WorkflowPlan.objects.get(hash=plan.hash)
+
+
+#: The ``format`` of an opaque plan's stored definition (no nodes the product can execute).
+OPAQUE_PLAN_FORMAT = "openrath.opaque-plan/1"
+
+
+def opaque_plan_store(*, plan_id: str, revision_id: str | None) -> WorkflowPlan:
+    """The stored row of a plan no registered workflow compiles to: OpenRath's bare
+    ``create_run`` names a plan (and a revision) by id only. Its hash covers those ids; it has
+    no nodes, so no worker ever executes a run of it (the run's ``workflow`` is ``""``, which
+    no registered name can be, and claims skip such runs unless asked for them)."""
+    definition = {"format": OPAQUE_PLAN_FORMAT, "plan_id": plan_id, "revision_id": revision_id}
+    plan_hash = digest(definition)
+    stored = WorkflowPlan.objects.filter(hash=plan_hash).first()
+    if stored is not None:
+        return stored
+    try:
+        with transaction.atomic():
+            return WorkflowPlan.objects.create(
+                hash=plan_hash,
+                name="",
+                version="1",
+                definition=definition,
+                graph={"nodes": [], "edges": []},
+            )
+    except IntegrityError:
+        return WorkflowPlan.objects.get(hash=plan_hash)
 
 
 # --- Create ------------------------------------------------------------------------------------
@@ -121,8 +148,100 @@ def run_create(
         ).first()
         if existing is not None:
             return _idempotent_replay(existing, digest_of_request, project), False
+    initial = _checked_request(
+        project=project,
+        state=state,
+        plan=workflow.plan,
+        session=session,
+        priority=priority,
+        deadline=deadline,
+    )
+    return _queue(
+        project=project,
+        name=workflow.name,
+        plan_row=plan_store(workflow.plan),
+        next_nodes=[workflow.plan.entry],
+        initial=initial,
+        session=session,
+        user_message=user_message,
+        priority=priority,
+        deadline=deadline,
+        idempotency_key=idempotency_key,
+        digest_of_request=digest_of_request,
+        created_by=created_by,
+        token_budget=token_budget,
+        cost_budget_usd=cost_budget_usd,
+    )
+
+
+def run_create_opaque(
+    *,
+    project: Project,
+    plan_id: str,
+    revision_id: str | None = None,
+    state: dict[str, Any] | None = None,
+    session: Session | None = None,
+    next_nodes: Sequence[str] = (),
+    priority: int = 0,
+    idempotency_key: str | None = None,
+    created_by: str = "",
+) -> tuple[Run, bool]:
+    """Queue a run of an opaque plan (:func:`opaque_plan_store`): the same row, working
+    session, event and checks as :func:`run_create`, for a caller that holds the run itself
+    (a store's ``claim_next`` / hand claim) and records its effects by hand. Returns
+    ``(run, created)``; the idempotency key behaves as in :func:`run_create`."""
+    plan_row = opaque_plan_store(plan_id=plan_id, revision_id=revision_id)
+    nodes = [str(node) for node in next_nodes]
+    digest_of_request = digest(
+        {
+            "plan": plan_row.hash,
+            "state": check_json_state(state or {}, where="state"),
+            "session": str(session.id) if session is not None else None,
+            "next_nodes": nodes,
+            "priority": priority,
+        }
+    )
+    if idempotency_key:
+        existing = Run.objects.filter(
+            tenant_id=project.tenant_id, idempotency_key=idempotency_key
+        ).first()
+        if existing is not None:
+            return _idempotent_replay(existing, digest_of_request, project), False
+    initial = _checked_request(
+        project=project, state=state, plan=None, session=session, priority=priority, deadline=None
+    )
+    return _queue(
+        project=project,
+        name="",
+        plan_row=plan_row,
+        next_nodes=nodes,
+        initial=initial,
+        session=session,
+        user_message=None,
+        priority=priority,
+        deadline=None,
+        idempotency_key=idempotency_key,
+        digest_of_request=digest_of_request,
+        created_by=created_by,
+        token_budget=None,
+        cost_budget_usd=None,
+    )
+
+
+def _checked_request(
+    *,
+    project: Project,
+    state: dict[str, Any] | None,
+    plan: Plan | None,
+    session: Session | None,
+    priority: int,
+    deadline: datetime | None,
+) -> dict[str, Any]:
+    """The validated initial state of a new run (``ValidationFailed`` / ``RateLimited``
+    otherwise), large values offloaded."""
     initial = check_json_state(state or {}, where="state")
-    check_input(workflow.plan, initial)
+    if plan is not None:
+        check_input(plan, initial)
     if not -100 <= priority <= 100:
         raise ValidationFailed(
             "priority must be between -100 and 100",
@@ -135,16 +254,43 @@ def run_create(
             "the session belongs to another project", details={"session": ["another project"]}
         )
     _check_queue_cap(project.tenant_id)
-    initial = large_values.offload(project.tenant_id, initial)
-    plan_row = plan_store(workflow.plan)
+    return large_values.offload(project.tenant_id, initial)
+
+
+def _queue(
+    *,
+    project: Project,
+    name: str,
+    plan_row: WorkflowPlan,
+    next_nodes: list[str],
+    initial: dict[str, Any],
+    session: Session | None,
+    user_message: str | None,
+    priority: int,
+    deadline: datetime | None,
+    idempotency_key: str | None,
+    digest_of_request: str,
+    created_by: str,
+    token_budget: int | None,
+    cost_budget_usd: Decimal | None,
+) -> tuple[Run, bool]:
+    """Insert the queued run, its working session and its ``run.created`` event."""
     run_id = uuid7()  # time-ordered: the API lists runs by -id (newest first)
+    title = f"run of {name or 'an opaque plan'}"
+    trace_context = tracing.run_root(
+        run_id=run_id,
+        workflow=name,
+        tenant_id=project.tenant_id,
+        project_id=project.id,
+        origin_carrier=tracing.origin_of(session),
+    )
     try:
         with transaction.atomic():
             with session_context.writing(actor=created_by or "api", run_id=run_id):
                 if session is not None:
                     working = session_services.session_fork(
                         session=session,
-                        title=f"run of {workflow.name}",
+                        title=title,
                         metadata={"run": str(run_id)},
                         created_by=created_by,
                     )
@@ -156,7 +302,7 @@ def run_create(
                     )
                     working = session_services.session_create(
                         project=project,
-                        title=(user_message or f"run of {workflow.name}")[:80],
+                        title=(user_message or title)[:80],
                         chunks=drafts,
                         metadata={"run": str(run_id)},
                         created_by=created_by,
@@ -165,7 +311,7 @@ def run_create(
                 id=run_id,
                 tenant_id=project.tenant_id,
                 project=project,
-                workflow=workflow.name,
+                workflow=name,
                 plan=plan_row,
                 status="queued",
                 input=initial,
@@ -174,19 +320,20 @@ def run_create(
                 session_len=working.length,
                 priority=priority,
                 deadline=deadline,
-                next_nodes=[workflow.plan.entry],
+                next_nodes=next_nodes,
                 idempotency_key=idempotency_key or None,
                 request_digest=digest_of_request,
                 created_by=created_by,
                 token_budget=token_budget,
                 cost_budget_usd=cost_budget_usd,
                 event_seq=1,
+                trace_context=trace_context,
             )
             RunEvent.objects.create(
                 run=run,
                 seq=1,
                 type="run.created",
-                data={"workflow": workflow.name, "plan": plan_row.hash, "session": str(working.id)},
+                data={"workflow": name, "plan": plan_row.hash, "session": str(working.id)},
             )
             publish_event(run.id, 1)
             dispatch.on_commit(run.id)

@@ -1,7 +1,7 @@
 """The store's queue and lease calls (``claim_next``, ``renew_lease``, ``requeue_expired_leases``,
 ``assert_fencing_token``) on runs of real workflows: OpenRath's scheduler guarantees, checked on
-the product's claim path. (OpenRath's own tests make bare runs with ``create_run``, which the
-product refuses: a run always pins a stored plan.)"""
+the product's claim path. (OpenRath's own tests make bare runs with ``create_run``: runs of an
+opaque plan here, tested in test_runtime_by_hand.py.)"""
 
 from __future__ import annotations
 

@@ -336,13 +336,11 @@ def test_an_interrupt_is_listed_and_decided_through_the_store():
     assert len(store.list_interrupts(tenant_id="local", pending_only=False)) == 1
 
 
-def test_store_refuses_writes_that_belong_to_workers():
-    from openrath_project.runtime import Checkpoint, Run
+def test_store_refuses_to_write_checkpoints():
+    from openrath_project.runtime import Checkpoint
 
     store = RunStore.configured()
     before = (RunRow.objects.count(), CheckpointRow.objects.count(), EventRow.objects.count())
-    with pytest.raises(UnsupportedOperation, match="submit"):
-        store.create_run(Run.create(plan_id=uuid.uuid4(), tenant_id="local"))
     with pytest.raises(UnsupportedOperation, match="work_once"):
         store.append_checkpoint(Checkpoint.create(run_id=uuid.uuid4(), sequence=1))
     assert before == (
@@ -352,24 +350,28 @@ def test_store_refuses_writes_that_belong_to_workers():
     )
 
 
-def test_ledger_writes_and_worker_transitions_are_refused_outside_a_step():
-    """What OpenRath lets a caller do by hand, the product does only under a lease: each
-    refusal names the alternative and changes nothing."""
+def test_a_step_transition_and_ledger_writes_without_a_held_lease_are_refused():
+    """``waiting`` is a step's own move, and a ledger entry written by hand needs a lease this
+    process holds on the run (tests/compat/test_runtime_by_hand.py): each refusal names the
+    alternative and changes nothing."""
     from effects_app.models import EffectRecord
     from openrath_project.runtime import EffectLedger, arguments_digest
 
     store, runtime = _runtime()
     run = runtime.submit(Counter(), state={"count": 0})
+    held = runtime.submit(Counter(), state={"count": 1})
+    running = store.transition_run(held.id, expected_version=0, target=RunStatus.RUNNING)
     ledger = EffectLedger()
     before = (
         RunRow.objects.get(id=run.id).status,
         RunRow.objects.get(id=run.id).fencing_token,
         EventRow.objects.filter(run_id=run.id).count(),
         EffectRecord.objects.count(),
+        EventRow.objects.filter(run_id=held.id).count(),
     )
-    with pytest.raises(UnsupportedOperation, match="claim_next"):
-        store.transition_run(run.id, expected_version=run.version, target=RunStatus.RUNNING)
-    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
+    with pytest.raises(UnsupportedOperation, match=r"ctx\.interrupt"):
+        store.transition_run(held.id, expected_version=running.version, target="waiting")
+    with pytest.raises(ConflictError, match="no lease on run .* is held in this process"):
         ledger.prepare(
             run_id=run.id,
             tool_name="mail.send@1",
@@ -377,17 +379,19 @@ def test_ledger_writes_and_worker_transitions_are_refused_outside_a_step():
             arguments_digest=arguments_digest({"to": "a@x"}),
             idempotency_key="mail-1",
         )
-    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
-        ledger.mark_dispatched(run.id)
-    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
-        ledger.complete(run.id, {"ok": True})
-    with pytest.raises(UnsupportedOperation, match=r"ctx\.effect"):
-        ledger.fail(run.id, "boom")
+    for write in (
+        lambda: ledger.mark_dispatched(run.id),
+        lambda: ledger.complete(run.id, {"ok": True}),
+        lambda: ledger.fail(run.id, "boom"),
+    ):
+        with pytest.raises(KeyError):  # no such effect
+            write()
     assert before == (
         RunRow.objects.get(id=run.id).status,
         RunRow.objects.get(id=run.id).fencing_token,
         EventRow.objects.filter(run_id=run.id).count(),
         EffectRecord.objects.count(),
+        EventRow.objects.filter(run_id=held.id).count(),
     )
 
 

@@ -125,7 +125,7 @@ INTERRUPT_ALL = ["pending", "resolved", "expired"]
 
 EFFECT_ALLOWED = {
     ("prepared", "started"),
-    ("started", "started"),  # an idempotent effect called again after a crash
+    ("started", "prepared"),  # an idempotent effect found started after a crash: called again
     ("started", "succeeded"),
     ("started", "failed"),
     ("started", "needs_review"),
@@ -173,7 +173,8 @@ def test_terminal_sets_of_interrupts_and_effects():
     assert INTERRUPT.is_terminal("expired")
     assert not INTERRUPT.is_terminal("pending")
     assert EFFECT.sources("resolved") == frozenset({"needs_review"})
-    assert EFFECT.sources("prepared") == frozenset()  # born there, never re-entered
+    # born there; re-entered only by an idempotent effect found started after a crash
+    assert EFFECT.sources("prepared") == frozenset({"started"})
 
 
 def test_the_run_functions_are_the_run_machine():
