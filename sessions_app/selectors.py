@@ -283,3 +283,27 @@ def chunk_artifact(session: Session, digest: str) -> dict[str, Any] | None:
         .values_list("id", flat=True)
     )
     return next((ref for stored_in, ref in found if stored_in not in imported), None)
+
+
+def lineage_node_agents(
+    principal: Principal, session_ids: list[Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per session, the agents that wrote its own chunks (``branch`` copies of a merge left
+    out), most chunks first: ``{id: [{"agent", "chunks"}, ...]}``, the context
+    ``sessions_app.api.serializers.LineageNodeOut`` reads. One query, scoped to the principal."""
+    rows = (
+        Chunk.objects.for_principal(principal)
+        .filter(session_id__in=session_ids, branch="")
+        .exclude(agent="")
+        .values("session_id", "agent")
+        .annotate(chunks=Count("id"))
+        .order_by()
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(str(row["session_id"]), []).append(
+            {"agent": row["agent"], "chunks": row["chunks"]}
+        )
+    for agents in found.values():
+        agents.sort(key=lambda a: (-a["chunks"], a["agent"]))
+    return found

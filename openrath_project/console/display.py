@@ -63,14 +63,33 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else pretty(value)
 
 
-def chunk_view(chunk: dict[str, Any]) -> dict[str, Any]:
-    """Display fields of a chunk in its ``ChunkOut`` shape."""
+def artifact_view(ref: Any, session_id: Any) -> dict[str, Any] | None:
+    """An artifact reference (``{"digest", "media_type", "size", "name"}``) with the address
+    that downloads it through the session that refers to it (``None``: not a reference)."""
+    if not isinstance(ref, dict) or not isinstance(ref.get("digest"), str) or not session_id:
+        return None
+    size = ref.get("size")
+    return {
+        "digest": ref["digest"],
+        "name": str(ref.get("name") or ref.get("filename") or ""),
+        "media_type": str(ref.get("media_type") or ""),
+        "size": f"{size:,} bytes" if isinstance(size, int) else "",
+        "url": f"/api/v1/sessions/{session_id}/artifacts/{ref['digest']}/",
+    }
+
+
+def chunk_view(chunk: dict[str, Any], *, session_id: Any = None) -> dict[str, Any]:
+    """Display fields of a chunk in its ``ChunkOut`` shape; ``session_id``: the session the
+    page shows (an artifact is downloaded through it; default: where the chunk is stored)."""
     content = chunk.get("content")
+    viewer = session_id or chunk.get("session")
     body: dict[str, Any] = {"kind": "json", "json": pretty(content)}
     if isinstance(content, dict):
         kind = chunk.get("kind")
         if kind in ("message", "summary") and isinstance(content.get("text"), str):
             body = {"kind": "text", "text": content["text"]}
+        elif kind == "artifact":
+            body = {"kind": "artifact", "artifact": artifact_view(content, viewer)}
         elif kind == "tool_call":
             body = {
                 "kind": "tool_call",
@@ -85,5 +104,23 @@ def chunk_view(chunk: dict[str, Any]) -> dict[str, Any]:
                 "call_id": str(content.get("tool_call_id", chunk.get("tool_call_id", ""))),
                 "output": _text(content.get("output")),
                 "error": _text(content["error"]) if content.get("error") is not None else "",
+                "artifact": artifact_view(content.get("artifact"), viewer),
             }
-    return {**chunk, "body": body, "usage_text": usage_text(chunk.get("usage"))}
+    return {
+        **chunk,
+        "body": body,
+        "usage_text": usage_text(chunk.get("usage")),
+        "kind_label": KIND_LABELS.get(str(chunk.get("kind")), str(chunk.get("kind"))),
+        "created_text": str(chunk.get("created_at") or "")[:19].replace("T", " "),
+    }
+
+
+#: How each chunk kind is named on the page (a word next to its colour and border).
+KIND_LABELS = {
+    "message": "message",
+    "tool_call": "tool call",
+    "tool_result": "tool result",
+    "summary": "summary",
+    "event": "event",
+    "artifact": "artifact",
+}

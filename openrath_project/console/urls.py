@@ -19,6 +19,7 @@ urlpatterns = [
         views.approval_resolve,
         name="approval-resolve",
     ),
+    path("approvals/approve-many/", views.approval_resolve_many, name="approval-resolve-many"),
     path("effects/", views.effects, name="effects"),
     path("effects/<uuid:effect_id>/resolve/", views.effect_resolve_view, name="effect-resolve"),
     path("runs/", views.runs, name="runs"),
@@ -26,6 +27,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
     path("runs/<uuid:run_id>/resume/", views.run_resume_view, name="run-resume"),
     path("sessions/", views.sessions, name="sessions"),
+    path("sessions/compare/", views.session_compare, name="compare"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="session"),
     path("sessions/<uuid:session_id>/lineage/", views.session_lineage, name="lineage"),
 ]

@@ -18,11 +18,13 @@ from django.contrib.auth import views as auth_views
 from django.contrib.staticfiles import finders
 from django.contrib.staticfiles.storage import staticfiles_storage
 from django.core.paginator import Paginator
-from django.db.models import Count, F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, F, FloatField, IntegerField, Q, QuerySet, Sum, Window
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
@@ -31,7 +33,7 @@ from effects_app.models import EFFECT_CLASSES, EFFECT_STATES, RESOLUTIONS, Effec
 from effects_app.services import effect_resolve
 from openrath_project.api.audit import audit_note
 from openrath_project.api.permissions import SESSION_TENANT_KEY
-from openrath_project.console import display
+from openrath_project.console import display, timeline
 from openrath_project.console.access import (
     SESSION_PROJECT_KEY,
     Console,
@@ -47,7 +49,9 @@ from openrath_project.console.schema_form import (
     parse_response,
     response_form,
 )
-from openrath_project.errors import Conflict, DomainError, ValidationFailed
+from openrath_project.errors import Conflict, DomainError, NotFound, ValidationFailed
+from openrath_project.tenancy.grants import ROLE_GRANTS
+from openrath_project.tenancy.models import Membership
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid, project_list
 from openrath_project.tenancy.services import principal_for_user
@@ -56,9 +60,14 @@ from runs_app import selectors as run_selectors
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
 from runs_app.services import run_cancel, run_resume, run_state_at
+from runs_app.tracing import trace_view
 from runs_app.transitions import STATUSES, TERMINAL
 from sessions_app import selectors as session_selectors
-from sessions_app.api.serializers import ChunkOut, LineageEdgeOut, SessionOut
+from sessions_app.api.serializers import (
+    ChunkOut,
+    LineageEdgeOut,
+    LineageNodeOut,
+)
 from sessions_app.models import Chunk, LineageEdge, Session
 
 PAGE_SIZE = 50
@@ -67,6 +76,9 @@ EVENTS_SHOWN = 200
 CHUNKS_SHOWN = 200
 CHECKPOINTS_SHOWN = 20
 STEP_EVENTS_SHOWN = 20
+STEP_CHUNKS_SHOWN = 5
+#: Events the run page's waterfall reads (the run's and its branch runs', the oldest first).
+WATERFALL_EVENTS = 3000
 LINEAGE_PAGE = 200
 #: The header live.js sends when it re-reads a page for its parts (not shown to a person).
 FRAGMENT_HEADER = "X-OpenRath-Fragment"
@@ -255,6 +267,35 @@ class BoundInput:
 
 
 @dataclass
+class DeclaredEffect:
+    """An effect an approval lets happen, as far as it is known before the step goes on."""
+
+    key: str
+    source: str  # "request" (the workflow named it in the question), "plan", "recorded"
+    step: str = ""
+    effect_class: str = ""
+    payload_json: str = ""
+    status: str = ""
+    effect_id: uuid.UUID | None = None
+
+
+@dataclass
+class ApprovalContext:
+    """What a person needs next to a question to decide it: what started the run, the
+    evidence (its sessions), what happens once it is approved, who else may decide, and
+    when and how it expires."""
+
+    input_json: str = ""
+    first_message: str = ""
+    first_message_agent: str = ""
+    sessions: list[tuple[str, Any]] = field(default_factory=list)  # (label, session id)
+    parent_run: Run | None = None
+    effects: list[DeclaredEffect] = field(default_factory=list)
+    deciders: list[str] = field(default_factory=list)
+    expiry: str = ""
+
+
+@dataclass
 class ApprovalItem:
     interrupt: Interrupt
     form: ResponseForm
@@ -264,6 +305,7 @@ class ApprovalItem:
     json_value: str = ""
     reason: str = ""
     error: ActionError | None = None
+    context: ApprovalContext | None = None
 
 
 def _default_text(spec: FieldSpec) -> str:
@@ -301,6 +343,111 @@ def _approval_item(
     return item
 
 
+#: The roles whose grants include deciding interrupts (who else may decide one).
+DECIDING_ROLES = tuple(
+    role for role, grants in ROLE_GRANTS.items() if "interrupts:resolve" in grants
+)
+DECIDERS_SHOWN = 12
+
+
+def _first_message(principal: Principal, session_id: Any) -> tuple[str, str]:
+    """The first user message of the session as the run sees it (an inherited chunk of a
+    fork included), else its first chunk: ``(text, agent)``."""
+    session = session_selectors.session_list(principal=principal).filter(id=session_id).first()
+    if session is None:
+        return "", ""
+    page = session_selectors.chunk_page(session.id, after=-1, limit=20, upto=session.length)
+    rows = [display.chunk_view(dict(c)) for c in ChunkOut(page, many=True).data]
+    chosen = next((c for c in rows if c["role"] == "user"), rows[0] if rows else None)
+    if chosen is None:
+        return "", ""
+    body = chosen["body"]
+    text = body.get("text") or body.get("json") or body.get("output") or ""
+    return str(text)[:2000], str(chosen.get("agent") or chosen["role"])
+
+
+def _expiry_text(interrupt: Interrupt) -> str:
+    if interrupt.expires_at is None:
+        return "Never expires: the run waits until someone decides."
+    when = timezone.localtime(interrupt.expires_at).strftime("%Y-%m-%d %H:%M:%S %Z")
+    default = interrupt.default
+    if default is None:
+        return f"Expires {when}; then the run ends timed_out (no default is declared)."
+    decision = default.get("decision", "reject")
+    response = (
+        f" with response {display.compact(default['response'])}" if "response" in default else ""
+    )
+    return f"Expires {when}; then the declared default applies: {decision}{response}."
+
+
+def approval_context(console: Console, interrupt: Interrupt, run: Run) -> ApprovalContext:
+    """The context of one pending interrupt (a handful of queries; the queue shares them per
+    run through the caller's cache)."""
+    principal = console.principal
+    context = ApprovalContext(input_json=display.pretty(run.input) if run.input else "")
+    if run.session_id:
+        context.first_message, context.first_message_agent = _first_message(
+            principal, run.session_id
+        )
+        context.sessions.append(("this run's session", run.session_id))
+    if run.parent_id:
+        context.parent_run = (
+            run_selectors.run_list(principal=principal).filter(id=run.parent_id).first()
+        )
+        if context.parent_run is not None and context.parent_run.session_id:
+            context.sessions.append(("the parent run's session", context.parent_run.session_id))
+    for branch, session_id in (
+        run_selectors.run_list(principal=principal)
+        .filter(parent=run)
+        .order_by("created_at", "id")
+        .values_list("branch", "session_id")[:20]
+    ):
+        if session_id:
+            context.sessions.append((f"branch {branch}", session_id))
+    named = interrupt.request.get("effects") if isinstance(interrupt.request, dict) else None
+    for entry in named if isinstance(named, list) else []:
+        if isinstance(entry, dict):
+            context.effects.append(
+                DeclaredEffect(
+                    key=str(entry.get("key") or entry.get("name") or "effect"),
+                    source="request",
+                    payload_json=display.pretty(entry.get("request", entry.get("payload"))),
+                )
+            )
+    nodes = {n["id"]: n for n in (run.plan.graph or {}).get("nodes", [])}
+    here = nodes.get(interrupt.step, {})
+    for step in [interrupt.step, *here.get("successors", [])]:
+        effects = nodes.get(step, {}).get("effects", "none")
+        if effects and effects != "none":
+            context.effects.append(
+                DeclaredEffect(key=step, source="plan", step=step, effect_class=str(effects))
+            )
+    for effect in (
+        effect_selectors.effect_list(principal=principal)
+        .filter(run=run)
+        .order_by("created_at")[:20]
+    ):
+        context.effects.append(
+            DeclaredEffect(
+                key=effect.key,
+                source="recorded",
+                step=effect.step,
+                effect_class=effect.effect_class,
+                payload_json=display.pretty(effect.request),
+                status=effect.status,
+                effect_id=effect.id,
+            )
+        )
+    context.deciders = list(
+        Membership.objects.for_principal(principal)
+        .filter(role__in=DECIDING_ROLES)
+        .order_by("user__username")
+        .values_list("user__username", flat=True)[:DECIDERS_SHOWN]
+    )
+    context.expiry = _expiry_text(interrupt)
+    return context
+
+
 def approval_items(
     console: Console,
     queryset: QuerySet[Interrupt],
@@ -309,12 +456,36 @@ def approval_items(
     error: ActionError | None = None,
 ) -> list[ApprovalItem]:
     items = []
+    contexts: dict[uuid.UUID, ApprovalContext] = {}
     for interrupt in queryset:
         mine = error is not None and error.object_id == str(interrupt.id)
-        items.append(
-            _approval_item(interrupt, submitted if mine else None, error if mine else None)
-        )
+        item = _approval_item(interrupt, submitted if mine else None, error if mine else None)
+        if interrupt.run_id not in contexts:
+            contexts[interrupt.run_id] = approval_context(console, interrupt, interrupt.run)
+        item.context = contexts[interrupt.run_id]
+        items.append(item)
     return items
+
+
+@dataclass
+class ApprovalGroup:
+    """Pending interrupts asking the same thing (same workflow, step, kind and request digest,
+    so the same payload): one decision may approve them all, each bound to its own digest."""
+
+    items: list[ApprovalItem]
+
+    @property
+    def first(self) -> ApprovalItem:
+        return self.items[0]
+
+
+def approval_groups(items: list[ApprovalItem]) -> list[ApprovalGroup]:
+    groups: dict[tuple[str, str, str, str], list[ApprovalItem]] = {}
+    for item in items:
+        i = item.interrupt
+        key = (i.run.workflow, i.step, i.kind, i.request_digest + display.compact(i.schema))
+        groups.setdefault(key, []).append(item)
+    return [ApprovalGroup(found) for found in groups.values() if len(found) > 1]
 
 
 def _approvals_page(
@@ -327,7 +498,7 @@ def _approvals_page(
     pending = _filtered(
         run_selectors.interrupt_list(principal=console.principal).filter(status="pending"),
         console,
-    ).select_related("run", "project")
+    ).select_related("run", "run__plan", "project")
     items = approval_items(
         console,
         pending.order_by("id")[:QUEUE_SIZE],
@@ -337,7 +508,13 @@ def _approvals_page(
     return render(
         request,
         "console/approvals.html",
-        _base(console, items=items, error=error, total=pending.count()),
+        _base(
+            console,
+            items=items,
+            groups=approval_groups(items),
+            error=error,
+            total=pending.count(),
+        ),
         status=status,
     )
 
@@ -395,6 +572,60 @@ def approval_resolve(
         "queued again).",
     )
     return redirect(_safe_next(request, reverse("console:approvals")))
+
+
+@require_POST
+@console_page(grant="interrupts:resolve", action="interrupt.resolve_many", object_type="interrupt")
+def approval_resolve_many(request: HttpRequest, console: Console) -> HttpResponse:
+    """Approve several identical requests at once. Each interrupt is named with the digest the
+    person was shown for it and resolved on its own (``interrupt_resolve``, bound to that
+    digest): one that changed or was decided meanwhile is refused and named, the rest go on."""
+    ids = request.POST.getlist("interrupt")[:QUEUE_SIZE]
+    outcomes: list[dict[str, str]] = []
+    refused: list[tuple[str, DomainError]] = []
+    approved = 0
+    for raw_id in ids:
+        digest = request.POST.get(f"digest-{raw_id}", "")
+        try:
+            interrupt = run_selectors.interrupt_get(
+                principal=console.principal, interrupt_id=raw_id
+            )
+            if not digest:
+                raise ValidationFailed(
+                    "request_digest is required: the decision is bound to the request you saw",
+                    details={"request_digest": ["required"]},
+                )
+            response = parse_response(response_form(interrupt.schema), request.POST)
+            interrupt_resolve(
+                interrupt=interrupt,
+                decision="approve",
+                response=response,
+                reason=request.POST.get("reason", "")[:500],
+                request_digest=digest,
+                actor=console.principal.actor,
+            )
+        except DomainError as exc:
+            outcomes.append({"interrupt": raw_id, "request_digest": digest, "error": exc.code})
+            refused.append((raw_id, exc))
+            continue
+        approved += 1
+        outcomes.append({"interrupt": raw_id, "request_digest": digest, "outcome": "approved"})
+    audit_note(request, details={"decision": "approve", "interrupts": outcomes, "via": "console"})
+    if not approved and refused:
+        # Nothing was decided: answered as one refused decision is (a 404 for interrupts that
+        # are not the caller's to see, else the first refusal on the approvals page).
+        first_id, first = refused[0]
+        if all(isinstance(refusal, NotFound) for _id, refusal in refused):
+            raise first
+        _refused(request, first, decision="approve", interrupts=outcomes, via="console")
+        return _approvals_page(
+            request, console, error=ActionError.of(first, first_id), status=first.status_code
+        )
+    for raw_id, refusal in refused:
+        messages.error(request, f"Not approved: {display.short_id(raw_id)}: {refusal.message}")
+    if approved:
+        messages.success(request, f"Approved {approved} of {len(ids)} identical requests.")
+    return redirect(reverse("console:approvals"))
 
 
 # --- Effects review ------------------------------------------------------------------------------
@@ -645,16 +876,9 @@ def _run_page(
             fragment=request.headers.get(FRAGMENT_HEADER) == "1",
             events_total=events_total,
             checkpoints_total=checkpoints_total,
-            events=[
-                {
-                    "seq": e.seq,
-                    "type": e.type,
-                    "step": e.step,
-                    "data": display.compact(e.data) if e.data else "",
-                    "created_at": e.created_at,
-                }
-                for e in events
-            ],
+            events=[event_view(e) for e in events],
+            waterfall=run_waterfall(run, principal),
+            trace=trace_view(run),
             events_after=after,
             earlier_after=max(0, after - EVENTS_SHOWN) if after > 0 else None,
             later_after=events[-1].seq if events and not tail else None,
@@ -703,14 +927,116 @@ def _run_page(
     )
 
 
+def event_view(event: RunEvent) -> dict[str, Any]:
+    """An event as the timeline lists it: in words (by type), with its raw data at hand."""
+    return {
+        "seq": event.seq,
+        "type": event.type,
+        "step": event.step,
+        "text": timeline.describe(event.type, event.data),
+        "group": timeline.event_group(event.type),
+        "raw": display.pretty(event.data) if event.data else "",
+        "data": display.compact(event.data) if event.data else "",
+        "created_at": event.created_at,
+    }
+
+
+def run_waterfall(run: Run, principal: Principal) -> timeline.Waterfall:
+    """The run's waterfall: one lane for the run, one per branch run (read in scope), from
+    their first ``WATERFALL_EVENTS`` events (one query for the branches, one for the events)."""
+    branches = list(
+        run_selectors.run_list(principal=principal)
+        .filter(parent=run)
+        .order_by("created_at", "id")
+        .values_list("id", "branch", "status")
+    )
+    names = {run.id: "run"} | {
+        branch_id: f"branch {branch or display.short_id(branch_id)}"
+        for branch_id, branch, _ in branches
+    }
+    running = {run.id: run.status == "running"} | {
+        branch_id: status == "running" for branch_id, _, status in branches
+    }
+    rows = (
+        RunEvent.objects.filter(run_id__in=list(names))
+        .order_by("created_at", "id")
+        .values_list("run_id", "seq", "type", "step", "data", "created_at")[:WATERFALL_EVENTS]
+    )
+    by_run: dict[uuid.UUID, list[timeline.TimelineEvent]] = {key: [] for key in names}
+    for run_id, seq, kind, step, data, at in rows:
+        by_run[run_id].append(timeline.TimelineEvent(names[run_id], seq, kind, step, data, at))
+    lanes = [(names[key], sorted(by_run[key], key=lambda e: e.seq), running[key]) for key in names]
+    return timeline.waterfall(lanes, now=timezone.now())
+
+
 @dataclass
 class StepEvents:
-    """What the run page shows when a plan node is clicked: the step's latest events, in the
-    run itself and in its branch runs (a fan-out's branch steps run in child runs)."""
+    """What the run page shows when a plan node is clicked: the step's state, its latest
+    events in the run and in its branch runs (a fan-out's branch steps run in child runs),
+    its latest checkpoint with what that checkpoint changed, and the chunks it wrote."""
 
     node: PlacedNode
     events: list[dict[str, Any]]
     more: bool
+    state: str = "not-reached"
+    checkpoint: dict[str, Any] | None = None
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def state_label(self) -> str:
+        return NODE_STATE_LABELS[self.state]
+
+    @property
+    def mark(self) -> str:
+        return NODE_STATE_MARKS[self.state]
+
+
+#: The plan graph's node states, what each is called and the mark drawn with it (the colour is
+#: never the only signal).
+NODE_STATE_LABELS = {
+    "done": "done (checkpointed)",
+    "running": "running now",
+    "waiting": "waiting for a person",
+    "retrying": "waiting to retry",
+    "failed": "failed",
+    "next": "next",
+    "not-reached": "not reached",
+}
+NODE_STATE_MARKS = {
+    "done": "✓",
+    "running": "▶",
+    "waiting": "‖",
+    "retrying": "↻",
+    "failed": "✕",
+    "next": "›",
+    "not-reached": "",
+}
+
+
+def node_state(
+    step: str,
+    *,
+    latest_event: str,
+    checkpointed: bool,
+    waiting: bool,
+    running: bool,
+    upcoming: bool,
+    run_failed: bool,
+) -> str:
+    """One plan node's state from what the run and its branch runs did there."""
+    if waiting:
+        return "waiting"
+    if running:
+        return "running"
+    if latest_event == "step.retry_scheduled":
+        return "failed" if run_failed else "retrying"
+    if latest_event in ("run.failed", "lease.expired") and run_failed:
+        return "failed"
+    if checkpointed:
+        return "done"
+    if upcoming:
+        return "next"
+    return "not-reached"
 
 
 def _checkpointed_steps(run_ids: list[uuid.UUID]) -> set[str]:
@@ -719,30 +1045,50 @@ def _checkpointed_steps(run_ids: list[uuid.UUID]) -> set[str]:
     return set(rows.distinct())
 
 
+def _latest_per_step(
+    qs: QuerySet[Any], *, per_step: int, newest: list[Any]
+) -> dict[str, list[Any]]:
+    """The latest ``per_step`` rows of each step of ``qs``, newest first. One query (a window
+    function ranks the rows of each step)."""
+    rank = Window(RowNumber(), partition_by=[F("step")], order_by=newest)
+    found: dict[str, list[Any]] = {}
+    for row in qs.annotate(rank=rank).filter(rank__lte=per_step).order_by("step", "rank"):
+        found.setdefault(row.step, []).append(row)
+    return found
+
+
 def _step_events(
     run_ids: list[uuid.UUID], *, steps: list[str], per_step: int
 ) -> dict[str, list[RunEvent]]:
     """The latest ``per_step`` events of each step over these runs (read in scope by the
-    caller), newest first. One query (a window function ranks the events of each step)."""
-    newest = Window(
-        RowNumber(), partition_by=[F("step")], order_by=[F("created_at").desc(), F("id").desc()]
+    caller), newest first."""
+    return _latest_per_step(
+        RunEvent.objects.filter(run_id__in=run_ids, step__in=steps),
+        per_step=per_step,
+        newest=[F("created_at").desc(), F("id").desc()],
     )
-    rows = (
-        RunEvent.objects.filter(run_id__in=run_ids, step__in=steps)
-        .annotate(rank=newest)
-        .filter(rank__lte=per_step)
-        .order_by("step", "rank")
-    )
-    found: dict[str, list[RunEvent]] = {}
-    for event in rows:
-        found.setdefault(event.step, []).append(event)
-    return found
+
+
+def _step_checkpoint(checkpoint: Checkpoint, labels: dict[uuid.UUID, str]) -> dict[str, Any]:
+    """A step's latest checkpoint and what it changed: a delta checkpoint stores exactly that;
+    a full one (a keyframe) stores the whole state."""
+    return {
+        "seq": checkpoint.seq,
+        "run_id": checkpoint.run_id,
+        "run_label": labels.get(checkpoint.run_id, display.short_id(checkpoint.run_id)),
+        "attempt": checkpoint.attempt,
+        "full": checkpoint.full,
+        "next_nodes": checkpoint.next_nodes,
+        "created_at": checkpoint.created_at,
+        "changed": display.pretty(checkpoint.state),
+    }
 
 
 def plan_data(run: Run, principal: Principal) -> dict[str, Any]:
-    """The plan diagram of the run page: the layout, the steps that checkpointed (the run's
-    own and its branch runs'), the steps a live branch runs next, and each step's events.
-    Four queries, whatever the plan's size or the number of branches."""
+    """The plan diagram of the run page: the layout, each node's state (from the run's own
+    and its branch runs' checkpoints, events, pending interrupts and next nodes) and, per
+    step, its events, latest checkpoint and chunks. Six queries, whatever the plan's size or
+    the number of branches."""
     plan = layout(run.plan.graph)
     branches = list(
         run_selectors.run_list(principal=principal)
@@ -751,18 +1097,51 @@ def plan_data(run: Run, principal: Principal) -> dict[str, Any]:
     )
     run_ids = [run.id, *(branch_id for branch_id, _, _ in branches)]
     visited = _checkpointed_steps(run_ids)
+    statuses = [(run.status, run.next_nodes or []), *((st, nn or []) for _, st, nn in branches)]
+    running_nodes = {str(n) for st, nodes in statuses if st == "running" for n in nodes}
+    upcoming = {str(n) for st, nodes in statuses if st not in TERMINAL for n in nodes}
     in_branches = sorted(
         {str(n) for _, status, nodes in branches if status not in TERMINAL for n in nodes or []}
     )
-    by_step = _step_events(
-        run_ids, steps=[n.id for n in plan.nodes], per_step=STEP_EVENTS_SHOWN + 1
+    waiting_steps = set(
+        run_selectors.interrupt_list(principal=principal)
+        .filter(run_id__in=run_ids, status="pending")
+        .values_list("step", flat=True)
+    )
+    steps = [n.id for n in plan.nodes]
+    by_step = _step_events(run_ids, steps=steps, per_step=STEP_EVENTS_SHOWN + 1)
+    checkpoints = _latest_per_step(
+        Checkpoint.objects.filter(run_id__in=run_ids, step__in=steps),
+        per_step=1,
+        newest=[F("created_at").desc(), F("seq").desc()],
+    )
+    chunks = _latest_per_step(
+        # A merge's copies of its branches' chunks (``branch`` set) are not written again.
+        Chunk.objects.for_principal(principal).filter(
+            run_id__in=run_ids, step__in=steps, branch=""
+        ),
+        per_step=STEP_CHUNKS_SHOWN,
+        newest=[F("created_at").desc(), F("id").desc()],
     )
     labels = {run.id: "this run"} | {
         branch_id: f"branch run {display.short_id(branch_id)}" for branch_id, _, _ in branches
     }
+    run_failed = run.status in ("failed", "timed_out", "cancelled")
     step_events = []
+    states: dict[str, str] = {}
     for node in plan.nodes:
         rows = by_step.get(node.id, [])
+        state = node_state(
+            node.id,
+            latest_event=rows[0].type if rows else "",
+            checkpointed=node.id in visited,
+            waiting=node.id in waiting_steps,
+            running=node.id in running_nodes,
+            upcoming=node.id in upcoming,
+            run_failed=run_failed,
+        )
+        states[node.id] = state
+        latest = checkpoints.get(node.id)
         step_events.append(
             StepEvents(
                 node=node,
@@ -773,18 +1152,28 @@ def plan_data(run: Run, principal: Principal) -> dict[str, Any]:
                         "own": e.run_id == run.id,
                         "seq": e.seq,
                         "type": e.type,
-                        "data": display.compact(e.data) if e.data else "",
+                        "text": timeline.describe(e.type, e.data),
+                        "group": timeline.event_group(e.type),
+                        "raw": display.pretty(e.data) if e.data else "",
                         "created_at": e.created_at,
                     }
                     for e in rows[:STEP_EVENTS_SHOWN]
                 ],
                 more=len(rows) > STEP_EVENTS_SHOWN,
+                state=state,
+                checkpoint=_step_checkpoint(latest[0], labels) if latest else None,
+                chunks=[
+                    display.chunk_view(dict(c))
+                    for c in ChunkOut(list(reversed(chunks.get(node.id, []))), many=True).data
+                ],
             )
         )
     return {
         "plan": plan,
         "visited_nodes": sorted(visited),
         "branch_nodes": in_branches,
+        "node_states": states,
+        "node_legend": [(k, label, NODE_STATE_MARKS[k]) for k, label in NODE_STATE_LABELS.items()],
         "step_events": step_events,
     }
 
@@ -890,7 +1279,9 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
     if after is None or after < -1:
         after = max(-1, length - 1 - CHUNKS_SHOWN)
     page = session_selectors.chunk_page(session.id, after=after, limit=CHUNKS_SHOWN, upto=length)
-    chunks = [display.chunk_view(dict(c)) for c in ChunkOut(page, many=True).data]
+    chunks = [
+        display.chunk_view(dict(c), session_id=session.id) for c in ChunkOut(page, many=True).data
+    ]
     last_seq = page[-1].seq if page else after
     tail = last_seq >= length - 1
     parents = list(
@@ -925,6 +1316,8 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
             later_after=last_seq if not tail else None,
             live=tail,
             metadata_json=display.pretty(session.metadata) if session.metadata else "",
+            kind_counts=session_kind_counts(console.principal, session),
+            agent_usage=session_agent_usage(console.principal, session),
             live_config={
                 "kind": "session",
                 "id": str(session.id),
@@ -936,25 +1329,45 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
     )
 
 
-def node_agents(principal: Principal, session_ids: list[Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per session, the agents that wrote its own chunks (a merge's copies of its branches'
-    chunks left out), most chunks first: ``{id: [{"agent", "chunks"}, ...]}``. One query."""
+def _own_chunks(principal: Principal, session: Session) -> QuerySet[Chunk]:
+    """The chunks the session stores itself (a fork's inherited ones are its parent's)."""
+    return Chunk.objects.for_principal(principal).filter(session=session)
+
+
+def session_kind_counts(principal: Principal, session: Session) -> list[tuple[str, int]]:
+    """How many chunks of each kind the session stores itself, in the kinds' order."""
+    counts = dict(
+        _own_chunks(principal, session)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("kind", "n")
+    )
+    return [(display.KIND_LABELS[k], counts[k]) for k in display.KIND_LABELS if counts.get(k)]
+
+
+def session_agent_usage(principal: Principal, session: Session) -> list[dict[str, Any]]:
+    """Token usage of the session's own chunks per agent (most tokens first), summed in the
+    database from each chunk's ``usage``. One query."""
+
+    def total(key: str, field_type: Any) -> Any:
+        return Coalesce(
+            Sum(Cast(KeyTextTransform(key, "usage"), field_type)), 0, output_field=field_type
+        )
+
     rows = (
-        Chunk.objects.for_principal(principal)
-        .filter(session_id__in=session_ids, branch="")
-        .exclude(agent="")
-        .values("session_id", "agent")
-        .annotate(chunks=Count("id"))
+        _own_chunks(principal, session)
+        .values("agent")
+        .annotate(
+            chunks=Count("id"),
+            prompt=total("prompt_tokens", IntegerField()),
+            completion=total("completion_tokens", IntegerField()),
+            cost=total("cost_usd", FloatField()),
+        )
         .order_by()
     )
-    found: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        found.setdefault(str(row["session_id"]), []).append(
-            {"agent": row["agent"], "chunks": row["chunks"]}
-        )
-    for agents in found.values():
-        agents.sort(key=lambda a: (-a["chunks"], a["agent"]))
-    return found
+    found = [{**row, "agent": row["agent"] or "(no agent)"} for row in rows]
+    return sorted(found, key=lambda r: (-(r["prompt"] + r["completion"]), r["agent"]))
 
 
 def lineage_data(
@@ -971,13 +1384,8 @@ def lineage_data(
             f"/api/v1/sessions/{session.id}/lineage/?direction=graph&limit={limit}"
             f"&after={page.next_after}"
         )
-    agents = node_agents(principal, [node.id for node in page.nodes])
-    nodes = SessionOut(page.nodes, many=True).data
-    for node in nodes:
-        own = agents.get(str(node["id"]))
-        if own is None and node.get("agent"):
-            own = [{"agent": node["agent"], "chunks": 0}]
-        node["agents"] = own or []
+    agents = session_selectors.lineage_node_agents(principal, [node.id for node in page.nodes])
+    nodes = LineageNodeOut(page.nodes, many=True, context={"agents": agents}).data
     return {
         "session": str(session.id),
         "nodes": nodes,
@@ -995,15 +1403,138 @@ def vendor_assets_installed() -> bool:
 @console_page()
 def session_lineage(request: HttpRequest, console: Console, session_id: uuid.UUID) -> HttpResponse:
     session = session_selectors.session_get(principal=console.principal, session_id=session_id)
+    lineage = lineage_data(session, principal=console.principal)
     return render(
         request,
         "console/lineage.html",
         _base(
             console,
             session=session,
-            lineage=lineage_data(session, principal=console.principal),
+            lineage=lineage,
+            compare_b=next(
+                (
+                    str(n["id"])
+                    for n in reversed(lineage["nodes"])
+                    if str(n["id"]) != str(session.id)
+                ),
+                str(session.id),
+            ),
             assets_installed=vendor_assets_installed(),
             session_url_template=reverse("console:session", args=[uuid.UUID(int=0)]),
             page_size=LINEAGE_PAGE,
+        ),
+    )
+
+
+# --- Branch compare ------------------------------------------------------------------------------
+
+#: How far back the compare page looks for a common ancestor, and how many chunks it compares.
+COMPARE_DEPTH = 64
+COMPARE_PREFIX_CHUNKS = 5000
+
+
+def _ancestors(principal: Principal, session_id: uuid.UUID) -> dict[uuid.UUID, int]:
+    """The session and its lineage ancestors (every op), with their distance. One query per
+    generation, at most ``COMPARE_DEPTH``."""
+    found = {session_id: 0}
+    frontier = [session_id]
+    for depth in range(1, COMPARE_DEPTH + 1):
+        parents = list(
+            LineageEdge.objects.for_principal(principal)
+            .filter(child_id__in=frontier)
+            .values_list("parent_id", flat=True)
+        )
+        frontier = [p for p in parents if p not in found]
+        if not frontier:
+            break
+        for parent in frontier:
+            found[parent] = depth
+    return found
+
+
+def common_ancestor(
+    principal: Principal, a: uuid.UUID, b: uuid.UUID
+) -> tuple[uuid.UUID | None, int]:
+    """The nearest session both descend from (or one of the two, when one descends from the
+    other), and the sum of the two distances to it; ``(None, 0)`` when they share none."""
+    of_a = _ancestors(principal, a)
+    of_b = _ancestors(principal, b)
+    shared = [(of_a[s] + of_b[s], str(s), s) for s in of_a.keys() & of_b.keys()]
+    if not shared:
+        return None, 0
+    distance, _, session_id = min(shared)
+    return session_id, distance
+
+
+def shared_prefix(a: Session, b: Session) -> int:
+    """How many leading chunks the two sessions' logical lists share: the same stored chunk
+    rows (a fork shares its parent's chunks up to the fork point, never copies them)."""
+    limit = min(a.length, b.length, COMPARE_PREFIX_CHUNKS)
+    rows_a = session_selectors.chunk_page(a.id, after=-1, limit=limit, upto=a.length)
+    rows_b = session_selectors.chunk_page(b.id, after=-1, limit=limit, upto=b.length)
+    shared = 0
+    for one, other in zip(rows_a, rows_b, strict=False):
+        if one.pk != other.pk:
+            break
+        shared += 1
+    return shared
+
+
+@dataclass
+class CompareSide:
+    session: Session
+    chunks: list[dict[str, Any]]
+    more: int
+    agents: list[str]
+
+
+@require_GET
+@console_page()
+def session_compare(request: HttpRequest, console: Console) -> HttpResponse:
+    """Two sessions side by side from where they diverge: their common ancestor, the chunks
+    they share (counted, not repeated) and each one's chunks after that."""
+    principal = console.principal
+    picked = [request.GET.get("a", ""), request.GET.get("b", "")]
+    if not all(picked):
+        return render(
+            request,
+            "console/compare.html",
+            _base(console, sides=[], picked=picked, ancestor=None, shared=0),
+        )
+    a, b = (session_selectors.session_get(principal=principal, session_id=p) for p in picked)
+    ancestor_id, distance = common_ancestor(principal, a.id, b.id)
+    ancestor = (
+        session_selectors.session_list(principal=principal).filter(id=ancestor_id).first()
+        if ancestor_id
+        else None
+    )
+    shared = shared_prefix(a, b)
+    agents = session_agents(principal, [a, b])
+    sides = []
+    for session in (a, b):
+        page = session_selectors.chunk_page(
+            session.id, after=shared - 1, limit=CHUNKS_SHOWN, upto=session.length
+        )
+        sides.append(
+            CompareSide(
+                session=session,
+                chunks=[
+                    display.chunk_view(dict(c), session_id=session.id)
+                    for c in ChunkOut(page, many=True).data
+                ],
+                more=max(0, session.length - shared - len(page)),
+                agents=agents.get(session.id, []),
+            )
+        )
+    return render(
+        request,
+        "console/compare.html",
+        _base(
+            console,
+            sides=sides,
+            picked=picked,
+            ancestor=ancestor,
+            distance=distance,
+            shared=shared,
         ),
     )

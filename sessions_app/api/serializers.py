@@ -202,8 +202,34 @@ class LineageEdgeOut(serializers.Serializer):
     step = serializers.CharField()
 
 
+class LineageAgentOut(serializers.Serializer):
+    agent = serializers.CharField()
+    chunks = serializers.IntegerField(
+        help_text="How many of the session's own chunks the agent wrote (0: the session's "
+        "producing agent, when no chunk names one)."
+    )
+
+
+class LineageNodeOut(SessionOut):
+    """A session of a lineage page, with the agents of its own chunks, most chunks first (a
+    merge's copies of its branches' chunks left out): what the console colours nodes by."""
+
+    agents = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Session
+        fields: tuple[str, ...] = (*SessionOut.Meta.fields, "agents")
+
+    @extend_schema_field(LineageAgentOut(many=True))
+    def get_agents(self, obj: Session) -> list[dict[str, Any]]:
+        own = self.context.get("agents", {}).get(str(obj.id))
+        if own is None and obj.agent:
+            own = [{"agent": obj.agent, "chunks": 0}]
+        return own or []
+
+
 class LineageOut(serializers.Serializer):
-    nodes = SessionOut(many=True)
+    nodes = LineageNodeOut(many=True)
     edges = LineageEdgeOut(many=True)
     next = serializers.CharField(allow_null=True)
 

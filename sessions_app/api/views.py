@@ -43,6 +43,7 @@ from sessions_app.api.serializers import (
     ImportJSONLinesQuery,
     ImportOut,
     LineageEdgeOut,
+    LineageNodeOut,
     LineageOut,
     LineageQuery,
     MergeIn,
@@ -310,9 +311,10 @@ class SessionViewSet(
                 f"{request.path}?direction={values['direction']}&limit={values['limit']}"
                 f"&after={page.next_after}"
             )
+        agents = selectors.lineage_node_agents(self.principal, [node.id for node in page.nodes])
         return Response(
             {
-                "nodes": SessionOut(page.nodes, many=True).data,
+                "nodes": LineageNodeOut(page.nodes, many=True, context={"agents": agents}).data,
                 "edges": LineageEdgeOut(page.edges, many=True).data,
                 "next": next_url,
             }

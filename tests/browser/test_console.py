@@ -94,7 +94,7 @@ def test_operator_approves_and_watches_the_run_finish_live(
     )
     assert run_page.inner_text("#run-status") == "waiting"
     assert run_page.get_attribute('#plan-graph g.node[data-node="review"]', "class") == (
-        "node kind-step current"
+        "node kind-step state-waiting current"
     )
     mark_page(run_page)
 

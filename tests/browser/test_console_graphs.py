@@ -122,10 +122,13 @@ def test_the_plan_graph_shows_branch_checkpoints_and_step_events(
     link.click()
     panel.wait_for(state="visible")
     assert page.url.endswith(anchor)
-    rows = panel.locator("li").evaluate_all(
+    rows = panel.locator("ol.timeline li").evaluate_all(
         "items => items.map(i => [i.dataset.run, i.querySelector('.type').textContent])"
     )
     branch_runs = {str(r) for r in Run.objects.filter(parent=run).values_list("id", flat=True)}
+    branches = {
+        b: str(s) for b, s in Run.objects.filter(parent=run).values_list("branch", "session_id")
+    }
     assert rows
     assert {run_id for run_id, _ in rows} <= branch_runs  # a branch step runs in a branch run
     assert any(kind.startswith("step") for _, kind in rows), rows
@@ -133,10 +136,25 @@ def test_the_plan_graph_shows_branch_checkpoints_and_step_events(
     page.locator('#plan-graph g.node[data-node="review"] a').click()
     page.locator('.step-events[data-step="review"]').wait_for(state="visible")
     assert not panel.is_visible()
-    review_rows = page.locator('.step-events[data-step="review"] li').evaluate_all(
+    review_rows = page.locator('.step-events[data-step="review"] ol.timeline li').evaluate_all(
         "items => items.map(i => i.dataset.run)"
     )
     assert set(review_rows) == {str(run.id)}
+    # The waterfall: a lane per branch run beside the run's own, and the fan-out's wait.
+    spans = page.locator("#waterfall g.span").evaluate_all(
+        "spans => spans.map(s => [s.dataset.lane, s.dataset.kind, s.dataset.step])"
+    )
+    assert [tuple(s) for s in spans] == [
+        ("run", "step", "plan"),
+        ("run", "step", "split"),
+        ("run", "branches", "split"),
+        ("run", "step", "review"),
+        ("branch market", "step", "market"),
+        ("branch technology", "step", "technology"),
+    ]
+    assert page.locator("#compare-branches").get_attribute("href") == (
+        f"/console/sessions/compare/?a={branches['market']}&b={branches['technology']}"
+    )
     assert page.locator("#run-effects-link").get_attribute("href") == (
         f"/console/effects/?run={run.id}"
     )

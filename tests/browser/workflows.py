@@ -90,3 +90,57 @@ class BrowserFanOut(flow.Workflow):
     def review(self, state, ctx):
         ctx.session.append("Review: go ahead", role="assistant", agent="reviewer")
         return {**state, "reviewed": [b["branch"] for b in state["branches"]]}
+
+
+PUBLISHED: list[str] = []
+
+
+def publish_post(title: str, idempotency_key: str = "") -> dict:
+    PUBLISHED.append(title)
+    return {"url": f"https://blog.example/{len(PUBLISHED)}", "title": title}
+
+
+class BrowserPublish(flow.Workflow):
+    """Drafts a post, asks for approval (naming the effect it allows), then publishes it once,
+    through a recorded effect."""
+
+    name = "browser_publish"
+
+    @flow.step(entry=True, successors=("publish",), effects="none")
+    def draft(self, state, ctx):
+        title = state.get("title", "Quarterly results")
+        ctx.session.append(f"Draft: {title} are in", role="assistant", agent="writer")
+        ctx.interrupt(
+            "approval",
+            {
+                "title": f"Publish “{title}”?",
+                "effects": [{"key": "publish_post", "request": {"title": title}}],
+            },
+        )
+        return {**state, "title": title}
+
+    @flow.step(effects="non_idempotent")
+    def publish(self, state, ctx):
+        receipt = ctx.effect("publish_post", publish_post, state["title"])
+        return {**state, "receipt": receipt}
+
+
+class BrowserFlaky(flow.Workflow):
+    """Its first attempt at ``fetch`` fails; the retry waits on a durable timer, then works."""
+
+    name = "browser_flaky"
+
+    @flow.step(
+        entry=True,
+        successors=("store",),
+        effects="none",
+        retry=flow.RetryPolicy(max_attempts=2, base_seconds=1.0, max_seconds=1.0),
+    )
+    def fetch(self, state, ctx):
+        if ctx.attempt == 1:
+            raise ConnectionError("the feed did not answer")
+        return {**state, "fetched_on": ctx.attempt}
+
+    @flow.step(effects="none")
+    def store(self, state, ctx):
+        return {**state, "stored": True}

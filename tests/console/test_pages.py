@@ -149,13 +149,16 @@ def test_run_page_shows_timeline_plan_and_checkpoints(login, waiting):
     response = login("operator").get(f"/console/runs/{run.id}/")
     main = _main(response)
     assert '<span id="run-status" class="status status-waiting" data-status="waiting">' in main
-    seqs = re.findall(r'<li data-seq="(\d+)"><span class="seq">', main)
+    seqs = re.findall(r'<li data-seq="(\d+)" data-type="[a-z._]+" class="ev-\w+"><span', main)
     assert seqs == [str(n) for n in range(1, run.event_seq + 1)]
     assert '<span class="type">run.waiting</span>' in main
-    # The plan graph: both nodes, the waiting step highlighted as current.
-    nodes = dict(re.findall(r'<g class="node kind-step([^"]*)" data-node="(\w+)">', main))
-    nodes = {name: cls.split() for cls, name in nodes.items()}
-    assert nodes == {"review": ["current"], "publish": []}
+    # Typed: the event in words, its raw data on demand.
+    assert "waiting for a person: approval “Ship release 1.2?”" in main
+    assert '<details class="raw"><summary>raw</summary>' in main
+    # The plan graph: both nodes, the waiting step highlighted as current and "waiting".
+    nodes = re.findall(r'<g class="node kind-step ([^"]*)" data-node="(\w+)" data-state', main)
+    nodes = {name: cls.split() for cls, name in nodes}
+    assert nodes == {"review": ["state-waiting", "current"], "publish": ["state-not-reached"]}
     assert 'data-source="review" data-target="publish"' in main
     # The pending approval can be decided from the run page too.
     assert f'id="interrupt-{interrupt.id}"' in main
@@ -184,8 +187,8 @@ def test_a_finished_run_shows_checkpoints_and_no_cancel(transactional_db, login,
     main = _main(login("operator").get(f"/console/runs/{run.id}/"))
     rows = re.findall(r'<tr data-seq="(\d+)">\s*<td>\d+</td><td class="mono">(\w+)</td>', main)
     assert rows == [("2", "publish"), ("1", "review")]
-    nodes = re.findall(r'<g class="node kind-step([^"]*)" data-node="(\w+)">', main)
-    assert sorted(nodes) == [(" visited", "publish"), (" visited", "review")]
+    nodes = re.findall(r'<g class="node kind-step ([^"]*)" data-node="(\w+)" data-state', main)
+    assert sorted(nodes) == [("state-done visited", "publish"), ("state-done visited", "review")]
     assert 'id="cancel-form" hidden' in main
     assert "&quot;published&quot;: true" in main
 

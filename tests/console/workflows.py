@@ -55,3 +55,31 @@ class ConsoleEffect(flow.Workflow):
     def send(self, state, ctx):
         receipt = ctx.effect("send", send_mail, state["to"])
         return {**state, "receipt": receipt}
+
+
+def publish_post(title: str, idempotency_key: str = "") -> dict:
+    SENT.append(title)
+    return {"url": "https://blog.example/1", "title": title}
+
+
+class ConsolePublish(flow.Workflow):
+    """Asks before publishing, naming in its request the effect an approval lets happen."""
+
+    name = "console_publish"
+
+    @flow.step(entry=True, successors=("publish",), effects="none")
+    def draft(self, state, ctx):
+        ctx.session.append(state.get("question", "Write the post"), role="user")
+        ctx.interrupt(
+            "approval",
+            {
+                "title": "Publish the post?",
+                "effects": [{"key": "publish_post", "request": {"title": state["title"]}}],
+            },
+            timeout_seconds=3600,
+        )
+        return state
+
+    @flow.step(effects="non_idempotent")
+    def publish(self, state, ctx):
+        return {**state, "receipt": ctx.effect("publish_post", publish_post, state["title"])}

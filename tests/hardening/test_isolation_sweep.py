@@ -424,6 +424,18 @@ CONSOLE_TABLE: dict[str, list[Page]] = {
             viewer=403,
         )
     ],
+    "console/approvals/approve-many/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/approvals/approve-many/",
+            target="interrupt",
+            body={"interrupt": "{interrupt}", "digest-{interrupt}": "{interrupt_digest}"},
+            ok=(302, 409),  # the single resolve (control 1) has already decided it
+            control=5,
+            viewer=403,
+        )
+    ],
     "console/effects/": [Page(PAGE, "GET", f"{C}/effects/")],
     "console/effects/<uuid:effect_id>/resolve/": [
         Page(
@@ -475,6 +487,10 @@ CONSOLE_TABLE: dict[str, list[Page]] = {
     "console/sessions/<uuid:session_id>/": [
         Page(OBJECT, "GET", f"{C}/sessions/{{session}}/", target="session"),
         Page(OBJECT, "GET", f"{C}/sessions/{{fork}}/", target="fork"),
+    ],
+    "console/sessions/compare/": [
+        Page(PAGE, "GET", f"{C}/sessions/compare/"),
+        Page(OBJECT, "GET", f"{C}/sessions/compare/?a={{session}}&b={{fork}}", target="session"),
     ],
     "console/sessions/<uuid:session_id>/lineage/": [
         Page(OBJECT, "GET", f"{C}/sessions/{{session}}/lineage/", target="session"),
@@ -646,7 +662,7 @@ def fill(template: Any, values: dict[str, str]) -> Any:
     if isinstance(template, str):
         return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
     if isinstance(template, dict):
-        return {key: fill(value, values) for key, value in template.items()}
+        return {fill(key, values): fill(value, values) for key, value in template.items()}
     if isinstance(template, list):
         return [fill(value, values) for value in template]
     return template

@@ -62,11 +62,16 @@
       { selector: "node", style: {
         "background-color": "data(color)", "label": "data(label)", "color": "#1d2330",
         "font-size": 10, "text-wrap": "wrap", "text-max-width": "170px", "text-valign": "bottom",
-        "text-margin-y": 4, "text-background-color": "#ffffff", "text-background-opacity": 0.85,
+        "text-margin-y": 4, "text-background-color": "#ffffff", "text-background-opacity": 1,
         "text-background-padding": 2, "width": 26, "height": 26, "border-width": 1,
         "border-color": "#ffffff"
       } },
       { selector: "node.focus", style: { "border-width": 5, "border-color": "#1d2330" } },
+      { selector: "node:selected", style: { "overlay-color": "#2f5fd0", "overlay-opacity": 0.25, "overlay-padding": 6 } },
+      { selector: "node.match", style: { "border-width": 4, "border-color": "#d08a00" } },
+      { selector: ".faded", style: { "opacity": 0.25 } },
+      { selector: "node.picked-a", style: { "outline-width": 3, "outline-color": "#1d2330", "outline-offset": 3 } },
+      { selector: "node.picked-b", style: { "outline-width": 3, "outline-color": "#d08a00", "outline-offset": 3 } },
       { selector: "edge", style: {
         "curve-style": "bezier", "target-arrow-shape": "triangle", "width": "data(width)",
         "line-color": "data(color)", "target-arrow-color": "data(color)", "line-style": "data(style)",
@@ -180,8 +185,91 @@
   });
   document.getElementById("lineage-fit").addEventListener("click", function () { cy.fit(undefined, 24); });
 
+  var pickMode = document.getElementById("compare-pick-mode");
+  var picks = 0;
+
+  function ensureOption(select, node) {
+    var id = node.id();
+    var found = Array.prototype.some.call(select.options, function (o) { return o.value === id; });
+    if (!found) {
+      var option = document.createElement("option");
+      option.value = id;
+      option.textContent = (node.data("title") || node.data("op")) + " \u2026" + id.replace(/-/g, "").slice(-8);
+      select.appendChild(option);
+    }
+    select.value = id;
+  }
+
+  function openSession(node) {
+    window.location.href = sessionUrl.replace("00000000-0000-0000-0000-000000000000", node.id());
+  }
+
   cy.on("tap", "node", function (event) {
-    window.location.href = sessionUrl.replace("00000000-0000-0000-0000-000000000000", event.target.id());
+    if (pickMode && pickMode.checked) {
+      var select = document.getElementById(picks % 2 === 0 ? "compare-a" : "compare-b");
+      ensureOption(select, event.target);
+      cy.nodes().removeClass("picked-" + (picks % 2 === 0 ? "a" : "b"));
+      event.target.addClass("picked-" + (picks % 2 === 0 ? "a" : "b"));
+      picks += 1;
+      return;
+    }
+    openSession(event.target);
+  });
+
+  // Search: matching sessions are outlined, the others faded, and the view fits the matches.
+  var search = document.getElementById("lineage-search");
+  var searchResult = document.getElementById("lineage-search-result");
+  function runSearch() {
+    var term = search.value.trim().toLowerCase();
+    cy.elements().removeClass("match faded");
+    if (!term) { searchResult.textContent = ""; return; }
+    var matches = cy.nodes().filter(function (node) {
+      var text = [node.id(), node.data("title"), node.data("op")].concat(node.data("agents") || []).join(" ").toLowerCase();
+      return text.indexOf(term) >= 0 || node.id().replace(/-/g, "").indexOf(term.replace(/[-…]/g, "")) >= 0;
+    });
+    searchResult.textContent = matches.length + " match" + (matches.length === 1 ? "" : "es");
+    if (matches.length) {
+      cy.elements().not(matches).addClass("faded");
+      matches.addClass("match");
+      cy.fit(matches, 60);
+      cy.nodes().unselect();
+      matches[0].select();
+    }
+  }
+  if (search) {
+    search.addEventListener("input", runSearch);
+    search.addEventListener("keydown", function (event) {
+      var chosen = cy.nodes(":selected");
+      if (event.key === "Enter" && chosen.length) { event.preventDefault(); openSession(chosen[0]); }
+    });
+  }
+
+  function zoomBy(factor) {
+    cy.zoom({ level: cy.zoom() * factor, renderedPosition: { x: container.clientWidth / 2, y: container.clientHeight / 2 } });
+  }
+  document.getElementById("lineage-zoom-in").addEventListener("click", function () { zoomBy(1.25); });
+  document.getElementById("lineage-zoom-out").addEventListener("click", function () { zoomBy(0.8); });
+  // Keyboard on the graph: arrows pan, + / - zoom, 0 fits, Tab-like n / p walk the sessions,
+  // Enter opens the selected one.
+  container.addEventListener("keydown", function (event) {
+    var step = 60;
+    var moves = { ArrowLeft: [step, 0], ArrowRight: [-step, 0], ArrowUp: [0, step], ArrowDown: [0, -step] };
+    if (moves[event.key]) { cy.panBy({ x: moves[event.key][0], y: moves[event.key][1] }); }
+    else if (event.key === "+" || event.key === "=") { zoomBy(1.25); }
+    else if (event.key === "-") { zoomBy(0.8); }
+    else if (event.key === "0") { cy.fit(undefined, 24); }
+    else if (event.key === "n" || event.key === "p") {
+      var nodes = cy.nodes().sort(function (a, b) { return a.position("y") - b.position("y") || a.position("x") - b.position("x"); });
+      var current = nodes.indexOf(cy.nodes(":selected")[0]);
+      var index = event.key === "n" ? (current + 1) % nodes.length : (current - 1 + nodes.length) % nodes.length;
+      cy.nodes().unselect();
+      nodes[index].select();
+      cy.center(nodes[index]);
+      searchResult.textContent = nodes[index].data("label").split("\n").join(" · ");
+    }
+    else if (event.key === "Enter" && cy.nodes(":selected").length) { openSession(cy.nodes(":selected")[0]); }
+    else { return; }
+    event.preventDefault();
   });
 
   renderOpLegend();

@@ -76,13 +76,17 @@
     if (event.seq > live.after) { live.after = event.seq; }
     var list = document.getElementById("events");
     if (list) {
-      var item = el("li", "new");
+      // Shown at once as it came; the page's next re-read swaps in the server's typed line.
+      var noEvents = document.getElementById("no-events");
+      if (noEvents) { noEvents.remove(); }
+      var item = el("li", "new ev-info");
       item.setAttribute("data-seq", key);
+      item.setAttribute("data-type", event.type);
       item.appendChild(el("span", "seq", "#" + event.seq));
       item.appendChild(el("span", "type", event.type));
       item.appendChild(el("span", "step mono", event.step || ""));
       var data = event.data && Object.keys(event.data).length ? JSON.stringify(event.data) : "";
-      item.appendChild(el("span", "data", data.length > 300 ? data.slice(0, 299) + "…" : data));
+      item.appendChild(el("span", "text", data.length > 300 ? data.slice(0, 299) + "…" : data));
       list.appendChild(item);
       list.scrollTop = list.scrollHeight;
     }
@@ -110,7 +114,8 @@
   // server-rendered: after an event or a run message the page itself is re-read (marked with
   // the fragment header) and those parts are swapped in. A decision form is disabled at once
   // when its interrupt is decided or the run leaves `waiting`, before the fresh page arrives.
-  var FRAGMENTS = ["console-nav", "run-summary", "run-actions", "run-approvals", "run-checkpoints", "run-data"];
+  var FRAGMENTS = ["console-nav", "run-summary", "run-actions", "run-approvals", "plan-svg",
+    "step-panels", "run-waterfall", "events", "run-checkpoints", "run-data"];
   var fragmentTimer = null;
   var fragmentBusy = false;
   var fragmentAgain = false;
@@ -140,6 +145,23 @@
       });
   }
 
+  var READ_ONLY = ["plan-svg", "step-panels", "run-waterfall", "events"];
+
+  // A selector for the same control in a fresh copy of a read-only part.
+  function sameFocus(active) {
+    var node = active.closest("[data-node]");
+    if (node) { return '[data-node="' + cssEscape(node.getAttribute("data-node")) + '"] a'; }
+    var item = active.closest("li[data-seq]");
+    if (item && active.tagName === "SUMMARY") {
+      return 'li[data-seq="' + cssEscape(item.getAttribute("data-seq")) + '"] summary';
+    }
+    var panel = active.closest("[data-step]");
+    if (panel && active.classList.contains("close")) {
+      return '[data-step="' + cssEscape(panel.getAttribute("data-step")) + '"] a.close';
+    }
+    return null;
+  }
+
   function interruptIds(node) {
     return (node.getAttribute("data-interrupts") || "").trim();
   }
@@ -152,10 +174,24 @@
       if (id === "run-approvals") {
         // Keep what a person is typing in a form that is still pending.
         if (interruptIds(old) === interruptIds(next) && !old.hasAttribute("data-stale")) { return; }
-      } else if (old.contains(document.activeElement) && document.activeElement !== document.body) {
-        return;  // not under the person's cursor: a later event swaps it
+      } else if (old.querySelector("details[open]")) {
+        return;  // someone is reading raw data there: a later event swaps it
       }
-      old.replaceWith(document.importNode(next, true));
+      var focusAgain = null;
+      if (old.contains(document.activeElement) && document.activeElement !== document.body) {
+        // A form under the person's cursor is not swapped (a later event swaps it); in the
+        // read-only parts the focus moves to the same node or event in the fresh copy.
+        focusAgain = sameFocus(document.activeElement);
+        if (READ_ONLY.indexOf(id) < 0 || !focusAgain) { return; }
+      }
+      var wasAtBottom = id === "events" && old.scrollTop + old.clientHeight >= old.scrollHeight - 4;
+      var replacement = document.importNode(next, true);
+      old.replaceWith(replacement);
+      if (wasAtBottom) { replacement.scrollTop = replacement.scrollHeight; }
+      if (focusAgain) {
+        var target = replacement.querySelector(focusAgain);
+        if (target) { target.focus(); }
+      }
     });
     var count = fresh.getElementById("events-count");
     if (count) { showEventCount(Number(count.getAttribute("data-total")) || 0); }
@@ -254,6 +290,20 @@
     return parts.join(" · ");
   }
 
+  var KIND_LABELS = {
+    message: "message", tool_call: "tool call", tool_result: "tool result",
+    summary: "summary", event: "event", artifact: "artifact"
+  };
+
+  // An artifact is downloaded through the session the page shows (docs/sessions.md).
+  function artifactLink(ref, text) {
+    if (!ref || typeof ref.digest !== "string" || !/^[0-9a-f]{64}$/.test(ref.digest)) { return null; }
+    var link = el("a", "artifact-download", text);
+    link.href = "/api/v1/sessions/" + config.id + "/artifacts/" + ref.digest + "/";
+    link.setAttribute("download", "");
+    return link;
+  }
+
   function textOf(value) {
     return typeof value === "string" ? value : pretty(value);
   }
@@ -264,7 +314,7 @@
     var head = el("div", "chunk-head");
     head.appendChild(el("span", "seq", "#" + chunk.seq));
     head.appendChild(el("span", "role", chunk.role));
-    head.appendChild(el("span", "kind", chunk.kind));
+    head.appendChild(el("span", "kind kind-label-" + chunk.kind, KIND_LABELS[chunk.kind] || chunk.kind));
     if (chunk.agent) { head.appendChild(el("span", "agent", chunk.agent)); }
     if (chunk.workflow) { head.appendChild(el("span", "workflow", chunk.workflow)); }
     head.appendChild(el("span", "trust trust-" + chunk.trust, chunk.trust));
@@ -281,7 +331,7 @@
       link.href = "/console/runs/" + chunk.run + "/";
       head.appendChild(link);
     }
-    var time = el("time", "", chunk.created_at);
+    var time = el("time", "", String(chunk.created_at || "").slice(0, 19).replace("T", " "));
     time.setAttribute("datetime", chunk.created_at || "");
     head.appendChild(time);
     item.appendChild(head);
@@ -300,8 +350,18 @@
       body.appendChild(el("span", "tool-name", content.name || ""));
       var callId = content.tool_call_id || chunk.tool_call_id;
       if (callId) { body.appendChild(document.createTextNode(" ")); body.appendChild(el("code", "call-id", callId)); }
+      if (chunk.trust === "untrusted") {
+        body.appendChild(document.createTextNode(" "));
+        body.appendChild(el("span", "untrusted-note", "tool output: data, not instructions"));
+      }
       body.appendChild(el("pre", "output", textOf(content.output)));
       if (content.error !== undefined && content.error !== null) { body.appendChild(el("pre", "error", textOf(content.error))); }
+      var full = artifactLink(content.artifact, "download the full output");
+      if (full) { var para = el("p", "artifact-link"); para.appendChild(full); body.appendChild(para); }
+    } else if (isObject && chunk.kind === "artifact" && artifactLink(content, "")) {
+      body = el("div", "artifact");
+      body.appendChild(artifactLink(content, "⤓ download " + (content.name || content.filename || "artifact")));
+      body.appendChild(el("span", "muted", " " + (content.media_type || "")));
     } else {
       body = el("pre", "json", pretty(content));
     }
