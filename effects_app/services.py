@@ -184,11 +184,10 @@ def effect_call(
     if record.status == "needs_review":
         raise NeedsReview("an effect needs review", {"effect": str(record.id), "key": key})
     runnable = ["prepared", "failed", "resolved"]
-    if record.status == "started":
-        if not effect_takeover(record, ref.fencing_token):
-            if record.effect_class == "idempotent":
-                raise LeaseLost()  # the lease moved on before the effect could be reset
-            raise NeedsReview(TAKEOVER_REVIEW_REASON, takeover_details(record))
+    if record.status == "started" and not effect_takeover(record, ref.fencing_token):
+        if record.effect_class == "idempotent":
+            raise LeaseLost()  # the lease moved on before the effect could be reset
+        raise NeedsReview(TAKEOVER_REVIEW_REASON, takeover_details(record))
     if not effect_mark_started(record, ref.fencing_token, sources=runnable):
         raise LeaseLost()
     call_kwargs = dict(kwargs)
