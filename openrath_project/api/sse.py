@@ -41,6 +41,7 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponseBase, StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -63,6 +64,20 @@ PAGE_SIZE = 200
 MAX_HELD_DELTAS = 1000
 #: The reconnection delay (ms) the stream asks ``EventSource`` for.
 RETRY_MS = 2000
+
+
+#: The OpenAPI parameters both streams share (the resume header; no ``?format=`` override).
+RESUME_PARAMETERS = [
+    OpenApiParameter(
+        "Last-Event-ID",
+        str,
+        OpenApiParameter.HEADER,
+        description="The id of the last event received (sent by EventSource when it "
+        "reconnects): wins over `after`.",
+    ),
+    # DRF's ?format= renderer override: not accepted here (the stream is the only answer).
+    OpenApiParameter("format", exclude=True),
+]
 
 
 def keepalive_seconds() -> float:

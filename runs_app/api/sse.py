@@ -13,7 +13,14 @@ from typing import Any, ClassVar
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from openrath_project.api.sse import PAGE_SIZE, Batch, EventStreamView, Stream, sse_frame
+from openrath_project.api.sse import (
+    PAGE_SIZE,
+    RESUME_PARAMETERS,
+    Batch,
+    EventStreamView,
+    Stream,
+    sse_frame,
+)
 from openrath_project.tenancy.principal import Principal
 from runs_app.api.serializers import RunEventOut
 from runs_app.models import Run
@@ -35,15 +42,7 @@ STREAM_PARAMETERS = [
         description="true (default): stay open until the run ends; false: send what is "
         "committed, then end.",
     ),
-    OpenApiParameter(
-        "Last-Event-ID",
-        str,
-        OpenApiParameter.HEADER,
-        description="The id of the last event received (sent by EventSource when it "
-        "reconnects): wins over `after`.",
-    ),
-    # DRF's ?format= renderer override: not accepted here (the stream is the only answer).
-    OpenApiParameter("format", exclude=True),
+    *RESUME_PARAMETERS,
 ]
 
 

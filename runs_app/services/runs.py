@@ -142,12 +142,9 @@ def run_create(
             token_budget=token_budget,
             cost_budget_usd=cost_budget_usd,
         )
-    if idempotency_key:
-        existing = Run.objects.filter(
-            tenant_id=project.tenant_id, idempotency_key=idempotency_key
-        ).first()
-        if existing is not None:
-            return _idempotent_replay(existing, digest_of_request, project), False
+    replayed = _replayed(project, idempotency_key, digest_of_request)
+    if replayed is not None:
+        return replayed, False
     initial = _checked_request(
         project=project,
         state=state,
@@ -201,12 +198,9 @@ def run_create_opaque(
             "priority": priority,
         }
     )
-    if idempotency_key:
-        existing = Run.objects.filter(
-            tenant_id=project.tenant_id, idempotency_key=idempotency_key
-        ).first()
-        if existing is not None:
-            return _idempotent_replay(existing, digest_of_request, project), False
+    replayed = _replayed(project, idempotency_key, digest_of_request)
+    if replayed is not None:
+        return replayed, False
     initial = _checked_request(
         project=project, state=state, plan=None, session=session, priority=priority, deadline=None
     )
@@ -368,6 +362,16 @@ def _arguments_digest(
             "cost_budget_usd": None if cost_budget_usd is None else str(cost_budget_usd),
         }
     )
+
+
+def _replayed(project: Project, idempotency_key: str | None, digest_of_request: str) -> Run | None:
+    """The first run of this idempotency key in the project's tenant (or a 409), if there is
+    one."""
+    if not idempotency_key:
+        return None
+    existing = Run.objects.filter(tenant_id=project.tenant_id, idempotency_key=idempotency_key)
+    first = existing.first()
+    return None if first is None else _idempotent_replay(first, digest_of_request, project)
 
 
 def _idempotent_replay(existing: Run, digest_of_request: str, project: Project) -> Run:

@@ -12,7 +12,14 @@ from typing import Any, ClassVar
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from openrath_project.api.sse import PAGE_SIZE, Batch, EventStreamView, Stream, sse_frame
+from openrath_project.api.sse import (
+    PAGE_SIZE,
+    RESUME_PARAMETERS,
+    Batch,
+    EventStreamView,
+    Stream,
+    sse_frame,
+)
 from openrath_project.tenancy.principal import Principal
 from sessions_app.api.serializers import ChunkOut
 from sessions_app.models import Session
@@ -34,15 +41,7 @@ STREAM_PARAMETERS = [
         description="true (default): stay open and send chunks as they are committed; "
         "false: send what is committed, then end.",
     ),
-    OpenApiParameter(
-        "Last-Event-ID",
-        str,
-        OpenApiParameter.HEADER,
-        description="The id of the last event received (sent by EventSource when it "
-        "reconnects): wins over `after`.",
-    ),
-    # DRF's ?format= renderer override: not accepted here (the stream is the only answer).
-    OpenApiParameter("format", exclude=True),
+    *RESUME_PARAMETERS,
 ]
 
 
