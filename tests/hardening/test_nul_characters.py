@@ -109,10 +109,10 @@ def test_nul_from_the_model_and_from_tools_is_recorded_as_u_fffd(project):
     )
     session = Session.from_user_message("What is in /bin/true?", project=project)
 
-    Agent("Look.", provider, tools=[cat_binary], name="reader")(session)
+    out = Agent("Look.", provider, tools=[cat_binary], name="reader")(session)
 
-    chunks = Chunk.objects.filter(session=session.row).order_by("seq")
-    stored = [(c.kind, c.content) for c in chunks]
+    # The agent's turn is in the session it returns (a fork of its input holding the turn).
+    stored = [(row.kind, row.content) for row in out.chunks]
     assert stored[1:] == [
         ("tool_call", {"id": "c1", "name": "cat_binary", "arguments": {"path": "a\ufffd"}}),
         (

@@ -12,7 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support import REPO
 
 DASHBOARD = REPO / "deploy" / "grafana-dashboard.json"
-SUFFIXES = ("_bucket", "_count", "_sum", "_total")
+# prometheus_client writes a ``<name>_created`` sample beside a counter's or histogram's
+# samples once it has some (the plain-text parser reads it as a family of its own).
+SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 
 def _family(name: str) -> str:
@@ -28,7 +30,7 @@ def test_the_dashboard_queries_exactly_the_exported_metrics(client):
     expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     queried = {_family(n) for e in expressions for n in re.findall(r"\bopenrath_[a-z_]+", e)}
     served = {
-        f.name
+        _family(f.name)
         for f in text_string_to_metric_families(client.get("/metrics").content.decode())
         if f.name.startswith("openrath_")
     }
