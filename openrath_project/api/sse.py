@@ -66,6 +66,19 @@ MAX_HELD_DELTAS = 1000
 RETRY_MS = 2000
 
 
+#: One event of a stream as the OpenAPI document describes it: a Server-Sent Events frame,
+#: its ``event`` name, its ``id`` (the item's seq) and its ``data`` (the message, JSON text).
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "data": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+
+
 #: The OpenAPI parameters both streams share (the resume header; no ``?format=`` override).
 RESUME_PARAMETERS = [
     OpenApiParameter(

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from openrath_project.api.sse import (
+    EVENT_SCHEMA,
     PAGE_SIZE,
     RESUME_PARAMETERS,
     Batch,
@@ -55,7 +55,7 @@ STREAM_PARAMETERS = [
     ),
     responses={
         (200, "text/event-stream"): OpenApiResponse(
-            OpenApiTypes.STR,
+            EVENT_SCHEMA,
             description="Server-Sent Events: `event` (id = the event's seq; data "
             '`{"type": "event", "event": {...}}`, the fields of the events list), `run` '
             '(`{"type": "run", "run": {"id", "status", "next_nodes", "error"}}` after the '

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from openrath_project.api.sse import (
+    EVENT_SCHEMA,
     PAGE_SIZE,
     RESUME_PARAMETERS,
     Batch,
@@ -54,7 +54,7 @@ STREAM_PARAMETERS = [
     ),
     responses={
         (200, "text/event-stream"): OpenApiResponse(
-            OpenApiTypes.STR,
+            EVENT_SCHEMA,
             description="Server-Sent Events: `chunk` (id = the chunk's seq; data "
             '`{"type": "chunk", "chunk": {...}}`, the fields of the chunks list), `delta` '
             "(model output while it is generated, best effort), `ready` (the backfill is "
