@@ -10,7 +10,7 @@ from typing import Any
 
 from openrath_project.tenancy.principal import Principal
 from openrath_project.ws.consumers import PAGE_SIZE, Batch, StreamConsumer, dumps
-from runs_app.api.serializers import RunEventOut
+from runs_app.api.serializers import RunEventOut, run_status
 from runs_app.models import Run
 from runs_app.selectors import event_page, run_get
 from sessions_app.streaming import run_group
@@ -53,14 +53,7 @@ class RunStreamConsumer(StreamConsumer):
             frames=frames,
             last=last,
             complete=last >= run.event_seq or len(page) < PAGE_SIZE,
-            extra={
-                "run": {
-                    "id": str(run.id),
-                    "status": run.status,
-                    "next_nodes": list(run.next_nodes or []),
-                    "error": run.error,
-                }
-            },
+            extra={"run": run_status(run)},
         )
 
     async def after_batch(self, batch: Batch) -> None:

@@ -226,3 +226,14 @@ class InterruptResolveIn(StrictInputSerializer):
 
 INTERRUPT_STATUS_CHOICES = [(s, s) for s in INTERRUPT_STATES]
 INTERRUPT_KIND_CHOICES = [(k, k) for k in INTERRUPT_KINDS]
+
+
+def run_status(run: Run) -> dict[str, Any]:
+    """What the run streams (WebSocket and Server-Sent Events) say of a run after an event that
+    changed its status: its id, status, next nodes and error."""
+    return {
+        "id": str(run.id),
+        "status": run.status,
+        "next_nodes": list(run.next_nodes or []),
+        "error": run.error,
+    }

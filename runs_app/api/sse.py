@@ -22,7 +22,7 @@ from openrath_project.api.sse import (
     sse_frame,
 )
 from openrath_project.tenancy.principal import Principal
-from runs_app.api.serializers import RunEventOut
+from runs_app.api.serializers import RunEventOut, run_status
 from runs_app.models import Run
 from runs_app.selectors import event_page, run_get
 from runs_app.transitions import is_terminal
@@ -110,12 +110,7 @@ class RunEventStreamView(EventStreamView):
             last=last,
             complete=last >= run.event_seq or len(page) < PAGE_SIZE,
             extra={
-                "run": {
-                    "id": str(run.id),
-                    "status": run.status,
-                    "next_nodes": list(run.next_nodes or []),
-                    "error": run.error,
-                },
+                "run": run_status(run),
                 "event_seq": run.event_seq,
             },
         )

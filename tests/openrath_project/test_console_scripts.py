@@ -26,7 +26,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from benchmarks.fuzz import free_port
-from tests.support import REPO, service_missing
+from tests.support import REPO, require_postgres, service_missing
 
 SCRIPTS = Path(sys.executable).parent
 #: OpenRath 2.0.0's extras (its wheel's Provides-Extra).
@@ -97,11 +97,9 @@ def postgres_database():
     """A fresh, empty PostgreSQL database on the test server (dropped afterwards); its URL."""
     import psycopg
 
-    from tests import settings as test_settings
     from tests.settings import TEST_DATABASE_URL
 
-    if test_settings.SQLITE_FORCED:  # the embedded-profile pass: as tests.support does
-        pytest.skip("OPENRATH_TEST_DB=sqlite forces SQLite")
+    require_postgres()  # skipped only on the embedded-profile pass; missing under CI: fails
     parts = urlsplit(TEST_DATABASE_URL)
     name = f"or_cli_{secrets.token_hex(4)}"
 
