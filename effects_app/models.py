@@ -15,7 +15,9 @@ from runs_app.transitions import EFFECT
 #: The lifecycle's statuses, from its transition table (``runs_app.transitions.EFFECT``).
 EFFECT_STATES = EFFECT.statuses
 EFFECT_CLASSES = ("idempotent", "non_idempotent", "decision")
-RESOLUTIONS = ("applied", "not_applied", "cancel_run")
+#: ``perform_again`` / ``reuse_ancestor`` answer an ``effect_in_ancestor`` review (a forked
+#: run reached an effect its ancestor already committed in another timeline).
+RESOLUTIONS = ("applied", "not_applied", "cancel_run", "perform_again", "reuse_ancestor")
 
 
 class EffectRecord(models.Model):
@@ -33,7 +35,15 @@ class EffectRecord(models.Model):
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="effects")
     run = models.ForeignKey("runs_app.Run", on_delete=models.PROTECT, related_name="effects")
     step = models.CharField(max_length=200)
+    #: The run's checkpoint the step started after (null on rows older than this field): an
+    #: ancestor's effect with ``checkpoint_seq >= `` a fork's branch point was committed in
+    #: another timeline (``runs_app/services/forks.py``).
+    checkpoint_seq = models.PositiveIntegerField(null=True, blank=True)
     key = models.CharField(max_length=200)
+    #: The ancestor run's record this one matched (an ``effect_in_ancestor`` review).
+    ancestor = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     #: Derived from (run, step, key): what the effect's target sees to deduplicate retries.
     idempotency_key = models.CharField(max_length=64, unique=True)
     effect_class = models.CharField(max_length=16, default="non_idempotent")

@@ -33,6 +33,9 @@ class WorkflowPlan(models.Model):
         return f"{self.name}@{self.hash[:12]}"
 
 
+RUN_KINDS = ("run", "replay")
+
+
 class Run(models.Model):
     """One execution of a workflow. ``status`` is the lifecycle, ``state`` the workflow's data.
 
@@ -41,6 +44,7 @@ class Run(models.Model):
     """
 
     STATUS_CHOICES: ClassVar[list[tuple[str, str]]] = [(s, s) for s in STATUSES]
+    KIND_CHOICES: ClassVar[list[tuple[str, str]]] = [(k, k) for k in RUN_KINDS]
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -93,6 +97,13 @@ class Run(models.Model):
     #: The W3C trace context (``traceparent``) of the run's root span: every worker that claims
     #: the run continues that trace (``runs_app.tracing``); empty when tracing was off.
     trace_context = models.JSONField(default=dict, blank=True)
+    #: ``run`` (executed by workers) or ``replay`` (a regression check of ``replay_of``
+    #: against the current code, executed in-process with every model call, tool result,
+    #: decision and effect served from the original's record; never claimable).
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES, default="run")
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -105,6 +116,12 @@ class Run(models.Model):
         ordering = ("-id",)
         constraints = [
             models.CheckConstraint(condition=Q(status__in=STATUSES), name="run_status_valid"),
+            models.CheckConstraint(condition=Q(kind__in=RUN_KINDS), name="run_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(kind="replay", replay_of__isnull=False)
+                | Q(kind="run", replay_of__isnull=True),
+                name="run_replay_has_source",
+            ),
             models.CheckConstraint(
                 condition=Q(priority__gte=-100) & Q(priority__lte=100), name="run_priority_range"
             ),
@@ -135,6 +152,50 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow} {self.id} ({self.status})"
+
+
+class RunFork(models.Model):
+    """A run-to-run lineage edge: ``child`` was forked from ``parent`` at checkpoint
+    ``checkpoint_seq`` (its state, its next nodes, and a copy-on-write fork of the working
+    session at the length that checkpoint references). Written once, never updated; the
+    session-level edge is the ``LineageEdge`` of ``child.session``."""
+
+    append_only_for_runtime: ClassVar[bool] = True
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+")
+    parent = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="fork_edges")
+    child = models.OneToOneField(Run, on_delete=models.PROTECT, related_name="forked_from")
+    #: The parent's checkpoint the child starts from (the branch point).
+    checkpoint_seq = models.PositiveIntegerField()
+    #: ``pinned`` (the parent's plan) or ``current`` (what the workflow compiles to now).
+    plan_mode = models.CharField(max_length=16, default="pinned")
+    #: The JSON merge patch applied on top of the checkpoint's state (null: none).
+    state_patch = models.JSONField(null=True, blank=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ScopedManager()
+
+    class Meta:
+        ordering = ("-id",)
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(plan_mode__in=("pinned", "current")), name="runfork_plan_mode_valid"
+            ),
+            models.CheckConstraint(condition=~Q(parent=models.F("child")), name="runfork_not_self"),
+        ]
+        indexes = [models.Index(fields=("parent", "checkpoint_seq"), name="runfork_parent")]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id}@{self.checkpoint_seq} -> {self.child_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("fork edges are written once")
+        super().save(*args, **kwargs)
 
 
 class RunEvent(models.Model):
