@@ -11,6 +11,17 @@ most once per ``(run, step, key)``:
   run into ``needs_review`` and is never called again on its own;
 * the same key with a different request is an error (:class:`EffectConflict`).
 
+A forked run (``runs_app.services.forks``) also looks at its ancestors' ledgers, any number of
+generations up, the first time it reaches a key (:func:`_lineage_decision`): an ancestor's
+committed effect from *before* the branch point is part of the state the fork starts from and
+its result is returned, never re-run; one committed *after* the branch point happened in another
+timeline: an idempotent effect with the same request digest reuses its result when the callable
+opted in (:func:`reuse_in_forks`); otherwise the fork's record and the fork wait in
+``needs_review`` (reason ``effect_in_ancestor``) until an operator answers ``perform_again``,
+``reuse_ancestor`` or ``cancel_run``. Finding the record and whether the run is a fork is one
+statement (an unforked run pays nothing more); the ancestors' ledgers are one more, for forks
+only.
+
 Lifecycle (``runs_app.transitions.EFFECT``): ``prepared | failed | resolved -> started``,
 ``started -> started | succeeded | failed | needs_review``, ``needs_review -> resolved``;
 ``succeeded`` is terminal. Every status change is one compare-and-set
@@ -30,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.expressions import Combinable
 from django.utils import timezone
@@ -38,10 +49,11 @@ from django.utils import timezone
 from effects_app.models import RESOLUTIONS, EffectRecord
 from effects_app.tracing import traced_effect
 from openrath_project.errors import Conflict, ValidationFailed
+from openrath_project.jsondiff import json_diff
 from openrath_project.jsontext import digest
 from runs_app import services as run_services
 from runs_app.control import LeaseLost, NeedsReview
-from runs_app.models import Run
+from runs_app.models import Run, RunFork
 from runs_app.step import StepRef
 from runs_app.transitions import EFFECT, UNSET, Changes, Unset, is_terminal
 
@@ -148,8 +160,18 @@ def effect_call(
         raise ValueError("an effect key is a non-empty string of at most 200 characters")
     request = request_of(fn, args, kwargs)
     request_digest = digest(request)
-    record = EffectRecord.objects.filter(run_id=ref.run_id, step=ref.step, key=key).first()
+    record, forked = _own_record(ref, key)
     if record is None:
+        lineage = None
+        if forked:
+            lineage = _lineage_decision(
+                ref,
+                key=key,
+                request=request,
+                request_digest=request_digest,
+                idempotent=idempotent,
+                opted_in=bool(getattr(fn, REUSE_IN_FORKS_ATTR, False)),
+            )
         try:
             with transaction.atomic():
                 record = EffectRecord.objects.create(
@@ -157,12 +179,14 @@ def effect_call(
                     project_id=ref.project_id,
                     run_id=ref.run_id,
                     step=ref.step,
+                    checkpoint_seq=ref.checkpoint_seq,
                     key=key,
                     idempotency_key=derive_idempotency_key(ref.run_id, ref.step, key),
                     effect_class="idempotent" if idempotent else "non_idempotent",
                     request=request,
                     request_digest=request_digest,
                     fencing_token=ref.fencing_token,
+                    **(lineage.columns() if lineage is not None else {}),
                 )
         except IntegrityError:
             record = EffectRecord.objects.get(run_id=ref.run_id, step=ref.step, key=key)
@@ -177,10 +201,12 @@ def effect_call(
         )
     if record.status == "succeeded":
         return record.result
-    if record.status == "resolved" and record.resolution == "applied":
+    if record.status == "resolved" and record.resolution in ("applied", "reuse_ancestor"):
         return record.resolution_result
     if record.status == "resolved" and record.resolution == "cancel_run":
         raise LeaseLost()
+    if record.status == "needs_review" and record.ancestor_id is not None:
+        raise NeedsReview(EFFECT_IN_ANCESTOR, ancestor_review_details(record))
     if record.status == "needs_review":
         raise NeedsReview("an effect needs review", {"effect": str(record.id), "key": key})
     runnable = ["prepared", "failed", "resolved"]
@@ -207,6 +233,151 @@ def effect_call(
         # record it. Whoever takes the run over finds it started and decides by its class.
         raise LeaseLost()
     return result
+
+
+# --- Lineage (forked runs) -----------------------------------------------------------------------
+
+#: The review reason of a fork that reached an effect its ancestor committed after the branch
+#: point (the run's ``review_reason`` and the record's ``reason``).
+EFFECT_IN_ANCESTOR = "effect_in_ancestor"
+#: The attribute :func:`reuse_in_forks` sets on a callable.
+REUSE_IN_FORKS_ATTR = "openrath_reuse_in_forks"
+#: An ancestor's effect that took place in its timeline (what a fork may reuse or must review).
+_COMMITTED_SQL = (
+    "(e.status = 'succeeded' OR (e.status = 'resolved' "
+    "AND e.resolution IN ('applied', 'reuse_ancestor')))"
+)
+
+_EFFECT = EffectRecord._meta.db_table
+_FORK = RunFork._meta.db_table
+
+_OWN_SQL = f"""
+SELECT e.*, EXISTS (SELECT 1 FROM {_FORK} f WHERE f.child_id = %s) AS lineage_forked
+FROM (SELECT 1 AS probe) AS probe
+LEFT JOIN {_EFFECT} e ON e.run_id = %s AND e.step = %s AND e.key = %s
+"""  # noqa: S608 - table names from model metadata, values are parameters
+
+# The nearest ancestor (any generation) that committed this (step, key), with the branch point
+# that applies to it: the smallest checkpoint of the fork edges between it and the run (a fork
+# of a fork at an earlier checkpoint shares less of the grandparent's history).
+_ANCESTOR_SQL = f"""
+WITH RECURSIVE lineage (run_id, branch_point, depth) AS (
+    SELECT parent_id, checkpoint_seq, 1 FROM {_FORK} WHERE child_id = %s
+    UNION ALL
+    SELECT f.parent_id,
+           CASE WHEN f.checkpoint_seq < l.branch_point THEN f.checkpoint_seq
+                ELSE l.branch_point END,
+           l.depth + 1
+    FROM {_FORK} f JOIN lineage l ON f.child_id = l.run_id
+)
+SELECT e.*, l.branch_point AS lineage_branch_point
+FROM lineage l JOIN {_EFFECT} e ON e.run_id = l.run_id AND e.step = %s AND e.key = %s
+WHERE {_COMMITTED_SQL}
+ORDER BY l.depth
+LIMIT 1
+"""  # noqa: S608 - table names from model metadata, values are parameters
+
+
+def reuse_in_forks(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an idempotent effect's callable as safe to *reuse* in a forked run: when an
+    ancestor committed the same key with the same request after the branch point, the fork
+    returns that result instead of stopping for review (docs/time-travel.md). Returns ``fn``.
+    A non-idempotent effect is always reviewed, marked or not."""
+    setattr(fn, REUSE_IN_FORKS_ATTR, True)
+    return fn
+
+
+def _run_param(run_id: Any) -> Any:
+    return Run._meta.pk.get_db_prep_value(run_id, connection)
+
+
+def _own_record(ref: StepRef, key: str) -> tuple[EffectRecord | None, bool]:
+    """The run's record of ``(step, key)`` and whether the run is a fork: one statement."""
+    run = _run_param(ref.run_id)
+    row = next(iter(EffectRecord.objects.raw(_OWN_SQL, [run, run, ref.step, key])))
+    forked = bool(getattr(row, "lineage_forked", False))
+    return (row if row.id is not None else None), forked
+
+
+@dataclass(frozen=True)
+class _Lineage:
+    """What a fork records when its ancestor committed the same effect."""
+
+    ancestor: EffectRecord
+    status: str
+    result: Any = None
+    reason: str = ""
+
+    def columns(self) -> dict[str, Any]:
+        columns: dict[str, Any] = {
+            "ancestor": self.ancestor,
+            "status": self.status,
+            "reason": self.reason,
+        }
+        if self.status == "succeeded":
+            columns.update(result=self.result, attempts=0, finished_at=timezone.now())
+        return columns
+
+
+def committed_result(record: EffectRecord) -> Any:
+    """The result an effect committed in its run (its own, or the one an operator gave)."""
+    return record.result if record.status == "succeeded" else record.resolution_result
+
+
+def _lineage_decision(
+    ref: StepRef,
+    *,
+    key: str,
+    request: dict[str, Any],
+    request_digest: str,
+    idempotent: bool,
+    opted_in: bool,
+) -> _Lineage | None:
+    """The rule for a forked run's first call of ``(step, key)`` (module docstring); ``None``
+    when no ancestor committed it. One statement."""
+    rows = list(EffectRecord.objects.raw(_ANCESTOR_SQL, [_run_param(ref.run_id), ref.step, key]))
+    if not rows:
+        return None
+    ancestor = rows[0]
+    branch_point = int(getattr(ancestor, "lineage_branch_point"))  # noqa: B009 - a SQL column
+    seq = ancestor.checkpoint_seq
+    if seq is not None and seq < branch_point:
+        return _Lineage(
+            ancestor,
+            "succeeded",
+            committed_result(ancestor),
+            f"committed by run {ancestor.run_id} before the branch point ({branch_point})",
+        )
+    # Unknown checkpoint (a row older than the field): treated as after the branch point.
+    if idempotent and opted_in and ancestor.request_digest == request_digest:
+        return _Lineage(
+            ancestor,
+            "succeeded",
+            committed_result(ancestor),
+            f"reused from run {ancestor.run_id} (idempotent, same request, opted in)",
+        )
+    return _Lineage(ancestor, "needs_review", reason=EFFECT_IN_ANCESTOR)
+
+
+def ancestor_review_details(record: EffectRecord) -> dict[str, Any]:
+    """What an ``effect_in_ancestor`` review shows: both requests, their digests and a diff."""
+    ancestor = record.ancestor
+    assert ancestor is not None
+    return {
+        "effect": str(record.id),
+        "key": record.key,
+        "request": record.request,
+        "request_digest": record.request_digest,
+        "ancestor": {
+            "effect": str(ancestor.id),
+            "run": str(ancestor.run_id),
+            "checkpoint": ancestor.checkpoint_seq,
+            "request": ancestor.request,
+            "request_digest": ancestor.request_digest,
+            "result": committed_result(ancestor),
+        },
+        "diff": json_diff(ancestor.request, record.request),
+    }
 
 
 #: Why a run waits for a person after a takeover found a non-idempotent effect started.
@@ -287,7 +458,7 @@ def effect_prepare(
         run = (
             Run.objects.select_for_update()
             .filter(id=run_id, fencing_token=token, status="running")
-            .only("id", "tenant_id", "project_id")
+            .only("id", "tenant_id", "project_id", "checkpoint_seq")
             .first()
         )
         if run is None:
@@ -300,6 +471,7 @@ def effect_prepare(
             project_id=run.project_id,
             run_id=run.id,
             step=step,
+            checkpoint_seq=run.checkpoint_seq,
             key=key,
             idempotency_key=derive_idempotency_key(run.id, step, key),
             effect_class=effect_class,
@@ -307,6 +479,11 @@ def effect_prepare(
             request_digest=request_digest,
             fencing_token=token,
         )
+
+
+#: The answers to a review after a crash, and to an ``effect_in_ancestor`` review.
+TAKEOVER_OUTCOMES = ("applied", "not_applied", "cancel_run")
+ANCESTOR_OUTCOMES = ("perform_again", "reuse_ancestor", "cancel_run")
 
 
 def effect_resolve(
@@ -317,15 +494,20 @@ def effect_resolve(
     result: Any = None,
     reason: str = "",
     actor: str = "",
+    ancestor_digest: str | None = None,
 ) -> EffectRecord:
     """An operator's answer to a ``needs_review`` effect, bound to the request they saw.
 
-    ``applied``: it happened (with ``result``), the run continues without calling it again;
-    ``not_applied``: it did not, the run calls it once more; ``cancel_run``: cancel the run.
+    After a crash: ``applied``: it happened (with ``result``), the run continues without
+    calling it again; ``not_applied``: it did not, the run calls it once more; ``cancel_run``:
+    cancel the run. For an ``effect_in_ancestor`` review (a fork reached an effect its ancestor
+    committed after the branch point), bound to both requests (``ancestor_digest`` is the
+    ancestor's): ``perform_again``: the fork calls it (with its own idempotency key);
+    ``reuse_ancestor``: the fork continues with the ancestor's result; ``cancel_run``.
     ``needs_review -> resolved`` and the run's move (``needs_review -> queued``, or its
-    cancellation) are one transaction, which locks the run, then the effect. 409
-    ``already_resolved`` when someone answered first, ``digest_mismatch`` when the request is
-    not the one the operator saw.
+    cancellation) are one transaction, which locks the run, then the effect. 400 for an outcome
+    that does not answer this kind of review; 409 ``already_resolved`` when someone answered
+    first, ``digest_mismatch`` when a request is not the one the operator saw.
     """
     if outcome not in RESOLUTIONS:
         raise ValidationFailed(
@@ -337,12 +519,28 @@ def effect_resolve(
         locked = EffectRecord.objects.select_for_update().get(id=effect.id)
         if locked.status != "needs_review":
             raise _not_in_review(locked)
+        ancestor = locked.ancestor if locked.ancestor_id is not None else None
+        allowed = ANCESTOR_OUTCOMES if ancestor is not None else TAKEOVER_OUTCOMES
+        if outcome not in allowed:
+            raise ValidationFailed(
+                f"this review is answered with one of {', '.join(allowed)}",
+                details={"outcome": [f"one of {', '.join(allowed)}"]},
+            )
         if request_digest != locked.request_digest:
             raise Conflict(
                 "request_digest does not match the effect's request: reload and review again",
                 code="digest_mismatch",
                 details={"request_digest": locked.request_digest},
             )
+        if ancestor is not None and ancestor_digest != ancestor.request_digest:
+            raise Conflict(
+                "ancestor_digest does not match the ancestor's request: reload and review again",
+                code="digest_mismatch",
+                details={"ancestor_digest": ancestor.request_digest},
+            )
+        if outcome == "reuse_ancestor":
+            assert ancestor is not None
+            result = committed_result(ancestor)
         move = None
         if outcome != "cancel_run" and run.status == "needs_review":
             move = run_services.RunMove(
@@ -355,6 +553,11 @@ def effect_resolve(
                     "outcome": outcome,
                     "by": actor,
                     "request_digest": locked.request_digest,
+                    **(
+                        {"ancestor": str(ancestor.id), "ancestor_digest": ancestor.request_digest}
+                        if ancestor is not None
+                        else {}
+                    ),
                 },
                 changes=run_services.RunChanges(review_reason=""),
             )
@@ -367,7 +570,9 @@ def effect_resolve(
             sources=["needs_review"],
             changes=EffectChanges(
                 resolution=outcome,
-                resolution_result=_jsonable(result) if outcome == "applied" else None,
+                resolution_result=(
+                    _jsonable(result) if outcome in ("applied", "reuse_ancestor") else None
+                ),
                 resolved_by=actor[:200],
                 resolved_at=timezone.now(),
                 reason=reason[:500],
@@ -418,6 +623,7 @@ class LedgerDecisions:
                     project_id=self.ref.project_id,
                     run_id=self.ref.run_id,
                     step=self.ref.step,
+                    checkpoint_seq=self.ref.checkpoint_seq,
                     key=stored_key,
                     idempotency_key=derive_idempotency_key(
                         self.ref.run_id, self.ref.step, stored_key

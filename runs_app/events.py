@@ -7,7 +7,7 @@ reads a run's events (``store.list_run_events(run_id)``) looks for OpenRath's na
 ``docs/migrating-from-openrath.md`` ("Run semantics") prints the table.
 
 Where OpenRath has no event for a moment (our fan-out, session switches, operator resume of a
-plan drift), the mapping says ``None``: an OpenRath consumer has nothing to expect there.
+plan drift, a fork), the mapping says ``None``: an OpenRath consumer has nothing to expect there.
 Pure Python: no Django import.
 """
 
@@ -47,6 +47,8 @@ OPENRATH_EVENT_TYPES: Final[Mapping[str, str | None]] = MappingProxyType(
         "branches.started": None,
         "branches.joined": None,
         "session.switched": None,
+        # Time travel (docs/time-travel.md): a fork's second event names its parent.
+        "run.forked": None,
     }
 )
 

@@ -49,7 +49,12 @@ def checkpoint_page(run: Run, *, after: int = 0, limit: int = 50) -> list[dict[s
     rows = list(Checkpoint.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
     if not rows:
         return []
-    state = run_state_at(run, rows[0].seq - 1) if rows[0].seq > 1 else dict(run.input)
+    if rows[0].full:  # e.g. a fork's first row: its branch point, stored whole
+        state: dict[str, Any] = {}
+    elif rows[0].seq > 1:
+        state = run_state_at(run, rows[0].seq - 1)
+    else:
+        state = dict(run.input)
     out = []
     for row in rows:
         state = dict(row.state) if row.full else apply(state, row.state)

@@ -16,7 +16,9 @@ to it (see docs/agents.md, "What an agent call returns").
 
 Every chunk (and every session or edge) written during the call is tagged with the agent's
 name through the write context; assistant chunks carry the model call's usage together with the
-model and provider that produced them. See docs/agents.md.
+model and provider that produced them, and the first one the digests of what the model was asked
+(``usage["request"]``, :func:`model_request`). While the write context holds a call source
+(``recorded``: a replay), model answers and tool results come from it instead. See docs/agents.md.
 
 OpenRath 2.0's form works as is: ``Agent(prompt, provider, tools=[...], on_event=cb,
 memory="local", description=...)`` or ``Agent(prompt, model="...")``; an agent is a
@@ -70,6 +72,7 @@ __all__ = [
     "Agent",
     "chunks_to_messages",
     "default_agent_name",
+    "model_request",
     "tool_message_content",
     "writes_in_place",
 ]
@@ -222,6 +225,52 @@ def _last_user_text(chunks: Sequence[ChunkLike]) -> str:
         if chunk.role == "user" and chunk.kind == "message":
             return str((chunk.content or {}).get("text", ""))
     return ""
+
+
+# --- What a model call is asked ----------------------------------------------------------------
+
+#: The parts of a model request an agent's answer records a digest of (``usage["request"]`` of
+#: the answer's first chunk): the system prompt, the conversation, the tool schemas, and the
+#: provider's kind, model and request options.
+REQUEST_PARTS = ("system", "messages", "tools", "params")
+
+
+def _part_digest(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def model_request(
+    provider: Any, messages: Sequence[Mapping[str, Any]], schemas: Sequence[Any] | None
+) -> dict[str, str]:
+    """Digests of what one model call sends the provider, one per part (:data:`REQUEST_PARTS`):
+    ``system`` (the leading system messages: the agent's prompt), ``messages`` (the rest of the
+    conversation, memory included), ``tools`` (the schemas), ``params`` (the provider's kind,
+    model and options such as ``temperature``). Two calls with equal digests asked the same;
+    a replay compares them part by part to say what changed."""
+    return {**_conversation_digests(messages), **_setup_digests(provider, schemas)}
+
+
+def _conversation_digests(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    return {
+        "system": _part_digest(list(messages[:head])),
+        "messages": _part_digest(list(messages[head:])),
+    }
+
+
+def _setup_digests(provider: Any, schemas: Sequence[Any] | None) -> dict[str, str]:
+    """The parts that stay the same for every call of one loop (tools and provider)."""
+    params: dict[str, Any] = {
+        "kind": str(getattr(provider, "kind", "") or type(provider).__name__),
+        "model": str(getattr(provider, "model", "") or ""),
+    }
+    options = getattr(provider, "create_args", None)
+    if isinstance(options, Mapping) and options:
+        params["options"] = dict(options)
+    return {"tools": _part_digest(list(schemas or ())), "params": _part_digest(params)}
 
 
 # --- Tools -----------------------------------------------------------------------------------
@@ -550,14 +599,16 @@ class Agent(Workflow):
                 preamble.append(memory_message)
         tools = self.loop_tools()
         schemas = [t.schema() for t in tools.values()] or None
+        setup = _setup_digests(self.provider, schemas)  # digested once, not per model call
         counter = self.policy.new_counter() if self.policy is not None else None
         seen: dict[tuple[str, str], int] = {}
         for turn_number in range(1, self.max_turns + 1):
             if turn_number > 1 or self.memory is not None:  # what this loop appended since
                 chunks.extend(session.chunks[len(chunks) :])
             messages = preamble + chunks_to_messages(chunks)
+            request = {**_conversation_digests(messages), **setup}
             turn = self._complete(session, messages, schemas, turn_number)
-            session.extend(self._assistant_chunks(turn))
+            session.extend(self._assistant_chunks(turn, request))
             budget = context.current().budget
             if budget is not None:  # inside a durable run with a budget: check after each call
                 budget()
@@ -577,6 +628,9 @@ class Agent(Workflow):
         schemas: list[dict[str, Any]] | None,
         turn_number: int,
     ) -> ModelTurn:
+        recorded = context.current().recorded
+        if recorded is not None:  # a replay: the record answers, the provider is not called
+            return recorded.model_turn(self, session, messages, schemas, turn_number)
         turn_id = uuid.uuid4().hex
         user_callback = self.on_event
         span = tracing.model_call(
@@ -621,9 +675,13 @@ class Agent(Workflow):
             )
             raise
 
-    def _assistant_chunks(self, turn: ModelTurn) -> list[dict[str, Any]]:
+    def _assistant_chunks(
+        self, turn: ModelTurn, request: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """The chunks of one model answer. Its tokens are counted once, on the first chunk; the
-        others carry zero counts with the model and provider, so each names who produced it."""
+        others carry zero counts with the model and provider, so each names who produced it.
+        The first chunk's usage also holds ``request``: the digests of what the model was asked
+        (:func:`model_request`)."""
         provenance = {"model": turn.model, "provider": turn.provider}
         spent = {**turn.usage.as_dict(), **provenance}
         nothing = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, **provenance}
@@ -644,6 +702,8 @@ class Agent(Workflow):
             )
         for position, item in enumerate(items):
             item["usage"] = dict(spent if position == 0 else nothing)
+            if position == 0 and request is not None:
+                item["usage"]["request"] = dict(request)
             # A chunk cannot hold NUL (PostgreSQL refuses it); a model that emits one gets
             # U+FFFD in the record instead of failing the step.
             item["content"] = without_nul(item["content"])
@@ -657,6 +717,11 @@ class Agent(Workflow):
         seen: dict[tuple[str, str], int] | None = None,
         tools: Mapping[str, FlowToolCall] | None = None,
     ) -> ToolOutcome:
+        recorded = context.current().recorded
+        if recorded is not None:  # a replay: the recorded result, the tool is not run
+            served = recorded.tool_result(self, session, call)
+            if served is not None:
+                return served
         table = tools if tools is not None else self.loop_tools()
         chosen = table.get(call.name)
         with tracing.tool_call(name=call.name, call_id=call.id, agent=self._name) as span:

@@ -13,7 +13,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sessions_app.providers.base import ModelTurn, ToolCallRequest
+    from sessions_app.tools.dispatch import ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,31 @@ class DecisionStore(Protocol):
     def recall(self, key: str) -> Any | None: ...
 
     def record(self, key: str, value: Any) -> None: ...
+
+
+class CallSource(Protocol):
+    """Answers an agent's model and tool calls from a record instead of the world.
+
+    Set as :attr:`WriteContext.recorded` (a replay sets it for the steps it re-executes);
+    ``flow.Agent`` then asks it for each model answer instead of calling its provider, and
+    for each tool result before running the tool. ``agent`` is the calling ``flow.Agent``;
+    ``messages`` and ``schemas`` are exactly what the provider would have been sent.
+    """
+
+    def model_turn(
+        self,
+        agent: Any,
+        session: Any,
+        messages: list[dict[str, Any]],
+        schemas: list[dict[str, Any]] | None,
+        turn_number: int,
+    ) -> ModelTurn:
+        """The model's answer to this call (raise to make the call fail)."""
+        ...
+
+    def tool_result(self, agent: Any, session: Any, call: ToolCallRequest) -> ToolOutcome | None:
+        """The outcome of this tool call, or ``None`` to let the agent run the tool itself."""
+        ...
 
 
 class StepBuffer:
@@ -94,6 +123,9 @@ class WriteContext:
     effects: Callable[..., Any] | None = None
     #: Inside a durable step with a budget: checks it (an approval interrupt when exceeded).
     budget: Callable[[], None] | None = None
+    #: Where agents' model answers and tool results come from instead of the provider and the
+    #: tools (a replay's record); ``None`` on the live path.
+    recorded: CallSource | None = None
 
 
 _current: contextvars.ContextVar[WriteContext] = contextvars.ContextVar(
@@ -108,7 +140,8 @@ def current() -> WriteContext:
 
 @contextmanager
 def writing(**changes: Any) -> Iterator[WriteContext]:
-    """Set context fields (agent, workflow, run_id, step, fence, actor, project, decisions)."""
+    """Set context fields (agent, workflow, run_id, step, fence, actor, project, decisions,
+    buffer, effects, budget, recorded)."""
     ctx = replace(_current.get(), **changes)
     token = _current.set(ctx)
     try:

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from effects_app.models import EFFECT_STATES, RESOLUTIONS, EffectRecord
+from effects_app.services import committed_result
 from openrath_project.api.serializers import StrictInputSerializer
+from openrath_project.jsondiff import json_diff
+
+
+class AncestorEffectOut(serializers.Serializer):
+    """The ancestor run's record an ``effect_in_ancestor`` review (or a reuse) matched."""
+
+    effect = serializers.UUIDField()
+    run = serializers.UUIDField()
+    checkpoint = serializers.IntegerField(allow_null=True)
+    request = serializers.JSONField()
+    request_digest = serializers.CharField()
+    result = serializers.JSONField(allow_null=True)
+    diff = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="The changes from the ancestor's request to this one ({op, path, old?, new?}).",
+    )
 
 
 class EffectOut(serializers.ModelSerializer):
@@ -15,6 +35,30 @@ class EffectOut(serializers.ModelSerializer):
     result = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     resolution_result = serializers.JSONField(allow_null=True)
+    checkpoint = serializers.IntegerField(
+        source="checkpoint_seq",
+        allow_null=True,
+        help_text="The run's checkpoint the step started after (null on older rows).",
+    )
+    ancestor = serializers.SerializerMethodField(
+        help_text="For a forked run: the ancestor's record of the same effect it matched."
+    )
+
+    @extend_schema_field(AncestorEffectOut(allow_null=True))
+    def get_ancestor(self, obj: EffectRecord) -> dict[str, Any] | None:
+        if obj.ancestor_id is None:
+            return None
+        ancestor = obj.ancestor
+        assert ancestor is not None
+        return {
+            "effect": str(ancestor.id),
+            "run": str(ancestor.run_id),
+            "checkpoint": ancestor.checkpoint_seq,
+            "request": ancestor.request,
+            "request_digest": ancestor.request_digest,
+            "result": committed_result(ancestor),
+            "diff": json_diff(ancestor.request, obj.request),
+        }
 
     class Meta:
         model = EffectRecord
@@ -23,6 +67,7 @@ class EffectOut(serializers.ModelSerializer):
             "run",
             "project",
             "step",
+            "checkpoint",
             "key",
             "idempotency_key",
             "effect_class",
@@ -40,6 +85,7 @@ class EffectOut(serializers.ModelSerializer):
             "created_at",
             "started_at",
             "finished_at",
+            "ancestor",
         )
 
 
@@ -50,6 +96,12 @@ class EffectResolveIn(StrictInputSerializer):
     request_digest = serializers.RegexField(
         r"^[0-9a-f]{64}$",
         help_text="The digest of the request the reviewer saw (409 when it differs).",
+    )
+    ancestor_digest = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        help_text="For an effect_in_ancestor review: the digest of the ancestor's request the "
+        "reviewer saw (required there; 409 when it differs).",
     )
 
 

@@ -50,7 +50,8 @@ class EffectViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSe
     cursor_ordering = ("-id",)
 
     def scope_queryset(self, principal: Principal) -> QuerySet[EffectRecord]:
-        return selectors.effect_list(principal=principal)
+        # The matched ancestor record in the same query: no query per listed effect.
+        return selectors.effect_list(principal=principal).select_related("ancestor")
 
     def _effect(self, pk: str) -> EffectRecord:
         effect = selectors.effect_get(principal=self.principal, effect_id=pk)
@@ -79,6 +80,7 @@ class EffectViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSe
             result=values.get("result"),
             reason=values["reason"],
             actor=self.principal.actor,
+            ancestor_digest=values.get("ancestor_digest"),
         )
         self.audit(
             details={

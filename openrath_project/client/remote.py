@@ -231,6 +231,31 @@ class _Operations:
             body["accept_plan"] = accept_plan
         return (yield _Call("POST", f"runs/{run_id}/resume/", json=body))
 
+    def replay_run(self, run_id: str) -> _Op[dict[str, Any]]:
+        return (yield _Call("POST", f"runs/{run_id}/replay/", json={}))
+
+    def fork_run(
+        self,
+        run_id: str,
+        *,
+        checkpoint: int,
+        state_patch: Mapping[str, object] | None = None,
+        plan: str = "pinned",
+        title: str = "",
+        reason: str = "",
+    ) -> _Op[dict[str, Any]]:
+        body: dict[str, Any] = {"checkpoint": checkpoint, "plan": plan}
+        if state_patch is not None:
+            body["state_patch"] = dict(state_patch)
+        if title:
+            body["title"] = title
+        if reason:
+            body["reason"] = reason
+        return (yield _Call("POST", f"runs/{run_id}/fork/", json=body))
+
+    def list_forks(self, run_id: str) -> _Op[tuple[dict[str, Any], ...]]:
+        return tuple((yield from self._all(f"runs/{run_id}/forks/", {"limit": 200})))
+
     def events(self, run_id: str, *, after: int = 0) -> _Op[tuple[dict[str, Any], ...]]:
         items = yield from self._all(
             f"runs/{run_id}/events/", {"after": after, "limit": PAGE_LIMIT}
@@ -503,6 +528,39 @@ class RemoteClient:
         """Requeue a run that needs review (``accept_plan``: re-pin it after plan drift)."""
         return self._drive(self._ops.resume_run(run_id, reason=reason, accept_plan=accept_plan))
 
+    def replay_run(self, run_id: str) -> dict[str, Any]:
+        """Replay a finished run against the server's current code: the replay run (kind
+        ``replay``), its report in ``output``; 409 unless the run succeeded or failed."""
+        return self._drive(self._ops.replay_run(run_id))
+
+    def fork_run(
+        self,
+        run_id: str,
+        *,
+        checkpoint: int,
+        state_patch: Mapping[str, object] | None = None,
+        plan: str = "pinned",
+        title: str = "",
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """A new run from checkpoint ``checkpoint`` of ``run_id`` (0: its start), with an RFC
+        7386 merge patch on its state; ``plan``: ``pinned`` or ``current``. The new run, with
+        its ``forked_from`` block (docs/time-travel.md)."""
+        return self._drive(
+            self._ops.fork_run(
+                run_id,
+                checkpoint=checkpoint,
+                state_patch=state_patch,
+                plan=plan,
+                title=title,
+                reason=reason,
+            )
+        )
+
+    def list_forks(self, run_id: str) -> tuple[dict[str, Any], ...]:
+        """The runs forked from ``run_id`` (their fork edges, oldest first; all pages)."""
+        return self._drive(self._ops.list_forks(run_id))
+
     def events(self, run_id: str, *, after: int = 0) -> tuple[dict[str, Any], ...]:
         """Every event committed after ``after`` (all pages)."""
         return self._drive(self._ops.events(run_id, after=after))
@@ -745,6 +803,33 @@ class AsyncRemoteClient:
         return await self._drive(
             self._ops.resume_run(run_id, reason=reason, accept_plan=accept_plan)
         )
+
+    async def replay_run(self, run_id: str) -> dict[str, Any]:
+        return await self._drive(self._ops.replay_run(run_id))
+
+    async def fork_run(
+        self,
+        run_id: str,
+        *,
+        checkpoint: int,
+        state_patch: Mapping[str, object] | None = None,
+        plan: str = "pinned",
+        title: str = "",
+        reason: str = "",
+    ) -> dict[str, Any]:
+        return await self._drive(
+            self._ops.fork_run(
+                run_id,
+                checkpoint=checkpoint,
+                state_patch=state_patch,
+                plan=plan,
+                title=title,
+                reason=reason,
+            )
+        )
+
+    async def list_forks(self, run_id: str) -> tuple[dict[str, Any], ...]:
+        return await self._drive(self._ops.list_forks(run_id))
 
     async def events(self, run_id: str, *, after: int = 0) -> tuple[dict[str, Any], ...]:
         return await self._drive(self._ops.events(run_id, after=after))

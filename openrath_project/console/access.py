@@ -75,6 +75,9 @@ def _console_for(request: HttpRequest, principal: Principal) -> Console:
             "resolve_effects": "effects:resolve" in grants,
             "cancel_runs": "runs:cancel" in grants,
             "resume_runs": "runs:write" in grants,
+            # Forking and replaying make a run, as starting one does.
+            "fork_runs": "runs:write" in grants,
+            "replay_runs": "runs:write" in grants,
         },
     )
 

@@ -124,3 +124,26 @@ KIND_LABELS = {
     "event": "event",
     "artifact": "artifact",
 }
+
+
+#: How each change of a ``json_diff`` is named on the page.
+CHANGE_LABELS = {"add": "added", "remove": "removed", "replace": "changed"}
+
+
+def diff_rows(changes: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The rows of a difference table: each ``json_diff`` change as its path (``/`` for the
+    whole value), what it was and what it is now (pretty JSON, ``""`` for the side it is
+    absent on)."""
+    rows = []
+    for change in changes or []:
+        op = str(change.get("op", ""))
+        rows.append(
+            {
+                "op": op,
+                "label": CHANGE_LABELS.get(op, op),
+                "path": change.get("path") or "/",
+                "old": pretty(change["old"], limit=4000) if "old" in change else "",
+                "new": pretty(change["new"], limit=4000) if "new" in change else "",
+            }
+        )
+    return rows

@@ -30,7 +30,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from effects_app import selectors as effect_selectors
 from effects_app.models import EFFECT_CLASSES, EFFECT_STATES, RESOLUTIONS, EffectRecord
-from effects_app.services import effect_resolve
+from effects_app.services import ancestor_review_details, effect_resolve
 from openrath_project.api.audit import audit_note
 from openrath_project.api.permissions import SESSION_TENANT_KEY
 from openrath_project.console import display, timeline
@@ -58,8 +58,11 @@ from openrath_project.tenancy.services import principal_for_user
 from runs_app import registration
 from runs_app import selectors as run_selectors
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
+from runs_app.models import RUN_KINDS, Checkpoint, Interrupt, Run, RunEvent, RunFork
+from runs_app.replay import REPLAYABLE_STATUSES, replay_run
 from runs_app.services import run_cancel, run_resume, run_state_at
+from runs_app.services.compare import RunComparison, run_compare
+from runs_app.services.forks import run_fork
 from runs_app.tracing import trace_view
 from runs_app.transitions import STATUSES, TERMINAL
 from sessions_app import selectors as session_selectors
@@ -641,6 +644,23 @@ class EffectItem:
     result_value: str = ""
     reason: str = ""
     error: ActionError | None = None
+    #: An ``effect_in_ancestor`` review: both requests, their digests and the diff.
+    ancestor: dict[str, Any] | None = None
+
+
+def ancestor_view(effect: EffectRecord) -> dict[str, Any] | None:
+    """What the effects page shows of the ancestor's record an effect matched (a forked run
+    reached an effect its ancestor committed after the branch point)."""
+    if effect.ancestor_id is None:
+        return None
+    details = ancestor_review_details(effect)
+    ancestor = details["ancestor"]
+    return {
+        **ancestor,
+        "request_json": display.pretty(ancestor["request"]),
+        "result_json": _json_or_empty(ancestor["result"]),
+        "diff_rows": display.diff_rows(details["diff"]),
+    }
 
 
 @dataclass(frozen=True)
@@ -689,7 +709,7 @@ def _effects_page(
             effect_class=filters.effect_class,
         ),
         console,
-    ).select_related("run", "project")
+    ).select_related("run", "project", "ancestor")
     page = Paginator(listed, PAGE_SIZE).get_page(request.GET.get("page"))
     items = []
     for effect in page.object_list:
@@ -704,6 +724,7 @@ def _effects_page(
                 result_value=request.POST.get("result", "") if mine else "",
                 reason=request.POST.get("reason", "") if mine else "",
                 error=error if mine else None,
+                ancestor=ancestor_view(effect),
             )
         )
     query = request.GET.copy()
@@ -766,6 +787,8 @@ def effect_resolve_view(
             result=result,
             reason=request.POST.get("reason", "")[:500],
             actor=console.principal.actor,
+            # An effect_in_ancestor review is bound to the ancestor's request too.
+            ancestor_digest=request.POST.get("ancestor_digest") or None,
         )
     except DomainError as exc:
         _refused(request, exc, outcome=outcome, request_digest=digest, via="console")
@@ -777,6 +800,11 @@ def effect_resolve_view(
         details={
             "outcome": outcome,
             "request_digest": resolved.request_digest,
+            **(
+                {"ancestor_digest": request.POST.get("ancestor_digest", "")}
+                if resolved.ancestor_id is not None
+                else {}
+            ),
             "run": str(resolved.run_id),
             "via": "console",
         },
@@ -803,6 +831,10 @@ def runs(request: HttpRequest, console: Console) -> HttpResponse:
     if "project" in request.GET:
         wanted = parse_uuid(request.GET.get("project"))
         project = next((p for p in console.projects if p.id == wanted), None)
+    # Replays (regression checks) are listed apart, as the API does (?kind=replay).
+    kind = request.GET.get("kind", "run")
+    kind = kind if kind in RUN_KINDS else "run"
+    qs = qs.filter(kind=kind)
     if status in STATUSES:
         qs = qs.filter(status=status)
     if workflow:
@@ -824,6 +856,7 @@ def runs(request: HttpRequest, console: Console) -> HttpResponse:
             status=status,
             workflow=workflow,
             filter_project=project,
+            kind=kind,
             workflows=sorted(e.name for e in registration.workflows().all()),
             next_query=query.urlencode() if next_before else "",
             first_page="before" in request.GET,
@@ -860,6 +893,7 @@ def _run_page(
         run_selectors.run_list(principal=principal).filter(parent=run).order_by("created_at", "id")
     )
     status = error.status if error is not None else 200
+    lineage = run_lineage(run, principal)
     # The run row was read before its events and checkpoints: count what is shown at least.
     events_total = max(run.event_seq, events[-1].seq if events else 0)
     checkpoints_total = max(
@@ -911,6 +945,12 @@ def _run_page(
             ),
             reviews=list(reviews.order_by("id")),
             children=list(children[:100]),
+            **lineage,
+            forkable=run.kind == "run" and bool(run.workflow),
+            replayable=(
+                run.kind == "run" and bool(run.workflow) and run.status in REPLAYABLE_STATUSES
+            ),
+            fork_submitted=request.POST if error is not None else None,
             terminal=run.status in TERMINAL,
             live_config={
                 "kind": "run",
@@ -1230,6 +1270,193 @@ def run_resume_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -
     audit_note(request, details={"reason": reason, "via": "console"})
     messages.success(request, "The run is queued again.")
     return redirect("console:run", run_id=run.id)
+
+
+# --- Time travel: fork, replay, compare -----------------------------------------------------------
+
+#: Forks and replays a run page lists.
+LINEAGE_SHOWN = 50
+
+
+def replay_report(run: Run) -> dict[str, Any] | None:
+    """A replay run's report as its page shows it: identical, or the first differing step with
+    its state, chunk and next-node differences as rows (path, old, new)."""
+    if run.kind != "replay" or not isinstance(run.output, dict):
+        return None
+    report = dict(run.output)
+    first = report.get("first_difference")
+    if isinstance(first, dict):
+        nodes = first.get("next_nodes") or {}
+        report["difference"] = {
+            **first,
+            "state_rows": display.diff_rows(first.get("state_diff")),
+            "chunk_rows": display.diff_rows(first.get("chunk_diff")),
+            "nodes_differ": nodes.get("original") != nodes.get("replay"),
+            "error_json": _json_or_empty(first.get("error")),
+            "original_error_json": _json_or_empty(first.get("original_error")),
+        }
+    return report
+
+
+def run_lineage(run: Run, principal: Principal) -> dict[str, Any]:
+    """What a run page shows of its time-travel lineage: the fork edge it was made by, its
+    forks, its replays (or, for a replay, the run it checks and its report)."""
+    forked_from = (
+        RunFork.objects.for_principal(principal).filter(child=run).select_related("parent").first()
+    )
+    forks = list(
+        RunFork.objects.for_principal(principal)
+        .filter(parent=run)
+        .select_related("child")
+        .order_by("-id")[:LINEAGE_SHOWN]
+    )
+    replays = list(
+        run_selectors.run_list(principal=principal)
+        .filter(replay_of=run)
+        .order_by("-created_at", "-id")[:LINEAGE_SHOWN]
+    )
+    return {
+        "forked_from": forked_from,
+        "forked_patch_json": (
+            display.pretty(forked_from.state_patch)
+            if forked_from is not None and forked_from.state_patch is not None
+            else ""
+        ),
+        "forks": forks,
+        "replays": replays,
+        "replay": replay_report(run),
+    }
+
+
+@require_POST
+@console_page(grant="runs:write", action="run.fork", object_type="run")
+def run_fork_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -> HttpResponse:
+    """The "fork from here" form of a checkpoint row: a new run from that checkpoint, with an
+    optional JSON merge patch on its state, then the new run's page."""
+    run = run_selectors.run_get(principal=console.principal, run_id=run_id, related=("plan",))
+    audit_note(request, object_id=run.id, project=run.project)
+    raw_checkpoint = request.POST.get("checkpoint", "")
+    reason = request.POST.get("reason", "").strip()[:500]
+    try:
+        checkpoint = parse_int(raw_checkpoint)
+        if checkpoint is None:
+            raise ValidationFailed(
+                "checkpoint must be a checkpoint number", details={"checkpoint": ["required"]}
+            )
+        raw_patch = request.POST.get("state_patch", "").strip()
+        patch = parse_json(raw_patch, field="state_patch") if raw_patch else None
+        child = run_fork(
+            run=run,
+            checkpoint_seq=checkpoint,
+            state_patch=patch,
+            reason=reason,
+            actor=console.principal.actor,
+        )
+    except DomainError as exc:
+        _refused(request, exc, checkpoint=raw_checkpoint, reason=reason, via="console")
+        fresh = _page_run(console, run.id)
+        return _run_page(request, console, fresh, error=ActionError.of(exc, run.id))
+    audit_note(
+        request,
+        details={
+            "checkpoint": checkpoint,
+            "fork": str(child.id),
+            "reason": reason,
+            "via": "console",
+        },
+    )
+    messages.success(
+        request,
+        f"Forked run {display.short_id(run.id)} at checkpoint {checkpoint}: this is the new run.",
+    )
+    return redirect("console:run", run_id=child.id)
+
+
+@require_POST
+@console_page(grant="runs:write", action="run.replay", object_type="run")
+def run_replay_view(request: HttpRequest, console: Console, run_id: uuid.UUID) -> HttpResponse:
+    """The "Replay" button: re-execute the finished run against the current code from its record (no
+    provider, no tool, no effect is called), then the replay's page with its report."""
+    run = run_selectors.run_get(principal=console.principal, run_id=run_id, related=("plan",))
+    audit_note(request, object_id=run.id, project=run.project)
+    try:
+        replay = replay_run(run=run, actor=console.principal.actor)
+    except DomainError as exc:
+        _refused(request, exc, via="console")
+        fresh = _page_run(console, run.id)
+        return _run_page(request, console, fresh, error=ActionError.of(exc, run.id))
+    identical = bool((replay.output or {}).get("identical"))
+    audit_note(
+        request, details={"replay": str(replay.id), "identical": identical, "via": "console"}
+    )
+    messages.success(
+        request,
+        "Replayed: no difference." if identical else "Replayed: the replay differs (below).",
+    )
+    return redirect("console:run", run_id=replay.id)
+
+
+@dataclass
+class RunCompareColumn:
+    """One side of the branch compare page."""
+
+    label: str
+    run: Run
+    chunks: list[dict[str, Any]]
+    more: int
+    chunks_from: int
+    effects: list[EffectRecord]
+    effects_more: int
+    branch_checkpoint: int | None
+    timeline: list[dict[str, Any]]
+
+
+def _compare_column(label: str, side: Any) -> RunCompareColumn:
+    return RunCompareColumn(
+        label=label,
+        run=side.run,
+        chunks=[
+            display.chunk_view(dict(c), session_id=side.run.session_id)
+            for c in ChunkOut(side.chunks, many=True).data
+        ],
+        more=side.chunks_more,
+        chunks_from=side.chunks_from,
+        effects=side.effects,
+        effects_more=side.effects_more,
+        branch_checkpoint=side.branch_checkpoint,
+        timeline=[segment.as_dict() for segment in side.timeline],
+    )
+
+
+@require_GET
+@console_page()
+def run_compare_view(
+    request: HttpRequest, console: Console, run_id: uuid.UUID, other_id: uuid.UUID
+) -> HttpResponse:
+    """Two runs of one fork lineage: where their histories part, the state diff, each one's
+    chunks after the shared prefix side by side, and the effects each history recorded since
+    (``runs_app.services.compare``)."""
+    principal = console.principal
+    a = run_selectors.run_get(principal=principal, run_id=run_id, related=("project",))
+    b = run_selectors.run_get(principal=principal, run_id=other_id, related=("project",))
+    comparison: RunComparison | None = None
+    error: ActionError | None = None
+    try:
+        comparison = run_compare(a, b)
+    except DomainError as exc:
+        error = ActionError.of(exc)
+    context: dict[str, Any] = {"a": a, "b": b, "error": error, "comparison": comparison}
+    if comparison is not None:
+        context |= {
+            "columns": [_compare_column("A", comparison.a), _compare_column("B", comparison.b)],
+            "state_rows": display.diff_rows(comparison.state_diff),
+        }
+    return render(
+        request,
+        "console/run_compare.html",
+        _base(console, **context),
+        status=error.status if error is not None else 200,
+    )
 
 
 # --- Sessions ------------------------------------------------------------------------------------

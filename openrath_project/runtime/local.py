@@ -219,6 +219,53 @@ class LocalRuntime:
             reconciler.reconcile()  # an expired lease is requeued, a passed deadline ends it
             time.sleep(poll_seconds)
 
+    def replay(self, run_id: uuid.UUID | str, *, actor: str = "") -> Run:
+        """Replay a finished run against the workflows registered on this runtime
+        (``runs_app.replay.replay_run``: nothing is called, performed or dispatched) and
+        return the replay run; its ``output`` is the report (``identical``,
+        ``steps_replayed``, ``first_difference``). ``Conflict`` unless the run succeeded or
+        failed."""
+        from runs_app.models import Run as RunRow
+        from runs_app.replay import replay_run
+
+        # scope: the caller holds the run's id; a runtime acts for its own process
+        row = RunRow.objects.unscoped().select_related("project").get(id=str(run_id))
+        replay = replay_run(run=row, actor=actor or "local", registry=self.registry)
+        return self.store.get_run(replay.id)
+
+    def fork(
+        self,
+        run_id: uuid.UUID | str,
+        checkpoint: int,
+        *,
+        state_patch: Mapping[str, Any] | None = None,
+        plan: str = "pinned",
+        title: str = "",
+        reason: str = "",
+        context: RunContext | None = None,
+    ) -> Run:
+        """Queue a new run that continues ``run_id`` from checkpoint ``checkpoint`` (0: its
+        start) with an RFC 7386 merge patch on its state (``runs_app.services.forks.run_fork``);
+        ``plan="current"`` pins what the workflow registered on this runtime compiles to now.
+        The parent is unchanged; drive the fork with ``work_once`` / ``run_until_done``."""
+        from runs_app.models import Run as RunRow
+        from runs_app.services.forks import run_fork
+
+        context = context or RunContext.local()
+        # scope: the caller holds the run's id; a runtime acts for its own process
+        row = RunRow.objects.unscoped().select_related("plan").get(id=str(run_id))
+        child = run_fork(
+            run=row,
+            checkpoint_seq=checkpoint,
+            state_patch=dict(state_patch) if state_patch is not None else None,
+            plan=plan,
+            title=title,
+            reason=reason,
+            actor=context.principal.actor,
+            registry=self.registry,
+        )
+        return self.store.get_run(child.id)
+
     # -- maintenance --------------------------------------------------------------------------
 
     def requeue_expired_leases(self, *, now: datetime | None = None) -> tuple[uuid.UUID, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
@@ -16,10 +16,38 @@ from runs_app.models import (
     Interrupt,
     Run,
     RunEvent,
+    RunFork,
 )
 from runs_app.state_delta import StateInvalid, check_json_state
 from runs_app.transitions import STATUSES
 from sessions_app.chunk_rules import MAX_SEQ, MAX_SESSION_COST_USD, MAX_SESSION_TOKENS
+
+
+class ForkedFromOut(serializers.Serializer):
+    """The run-to-run lineage edge of a forked run (``RunFork``)."""
+
+    run = serializers.UUIDField(help_text="The parent run.")
+    checkpoint = serializers.IntegerField(help_text="The parent's checkpoint (branch point).")
+    by = serializers.CharField()
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+    plan_mode = serializers.CharField(help_text="pinned or current (the plan the fork pins).")
+
+
+def forked_from_of(run: Run) -> dict[str, Any] | None:
+    """The ``forked_from`` block of a run (``None`` unless it was forked from another)."""
+    try:
+        edge = run.forked_from
+    except RunFork.DoesNotExist:
+        return None
+    return {
+        "run": str(edge.parent_id),
+        "checkpoint": edge.checkpoint_seq,
+        "by": edge.created_by,
+        "reason": edge.reason,
+        "at": serializers.DateTimeField().to_representation(edge.created_at),
+        "plan_mode": edge.plan_mode,
+    }
 
 
 class RunOut(serializers.ModelSerializer):
@@ -40,6 +68,14 @@ class RunOut(serializers.ModelSerializer):
     events = serializers.IntegerField(source="event_seq")
     priority = serializers.IntegerField(min_value=-100, max_value=100)
     attempt = serializers.IntegerField(min_value=1)
+    forked_from = serializers.SerializerMethodField()
+    #: ``replay``: a regression check of ``replay_of`` (``runs_app.replay``); else ``run``.
+    kind = serializers.ChoiceField(choices=[("run", "run"), ("replay", "replay")])
+    replay_of = serializers.UUIDField(source="replay_of_id", allow_null=True)
+
+    @extend_schema_field(ForkedFromOut(allow_null=True))
+    def get_forked_from(self, obj: Run) -> dict[str, Any] | None:
+        return forked_from_of(obj)
 
     class Meta:
         model = Run
@@ -68,6 +104,9 @@ class RunOut(serializers.ModelSerializer):
             "state_checkpoint",
             "checkpoints",
             "events",
+            "forked_from",
+            "kind",
+            "replay_of",
         )
 
 

@@ -56,10 +56,22 @@ class RunFilter(CreatedRangeFilterSet):
     status = django_filters.ChoiceFilter(choices=STATUS_CHOICES)
     workflow = django_filters.CharFilter()
     parent = django_filters.UUIDFilter(field_name="parent_id")
+    #: Replays (regression checks, ``runs_app.replay``) are listed only when asked for.
+    kind = django_filters.ChoiceFilter(
+        choices=[("run", "run"), ("replay", "replay")],
+        help_text="run (the default: replays are left out) or replay",
+    )
 
     class Meta:
         model = Run
         fields: ClassVar[list[str]] = []
+
+    @property
+    def qs(self) -> QuerySet[Run]:
+        runs = super().qs
+        if not self.form.cleaned_data.get("kind"):
+            runs = runs.filter(kind="run")
+        return runs
 
 
 def _page(request: Request, items: list[Any], key: str, limit: int, out: Any) -> Response:
@@ -100,7 +112,8 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
     }
 
     def scope_queryset(self, principal: Principal) -> QuerySet[Run]:
-        return selectors.run_list(principal=principal)
+        # ``forked_from`` (a reverse one-to-one) in the same query: no query per listed run.
+        return selectors.run_list(principal=principal).select_related("forked_from")
 
     def _run(self, pk: str) -> Run:
         run = selectors.run_get(principal=self.principal, run_id=pk)

@@ -49,10 +49,19 @@
     return node.agent ? [String(node.agent)] : [];
   }
 
+  // A run fork's working session (runs_app.services.forks) names the run and checkpoint it
+  // was forked from in its metadata: the graph says "run fork @k" instead of the bare op.
+  function runFork(node) {
+    var from = node.metadata && node.metadata.forked_from;
+    return from && typeof from === "object" && from.run ? from : null;
+  }
+
   function label(node, agent, others) {
     var title = clip(node.title || "\u2026" + String(node.id).replace(/-/g, "").slice(-8), 26);
     var who = clip(agent, 24) + (others > 0 ? " +" + others : "");
-    return title + "\n" + who + "\n" + node.op + " · " + node.length;
+    var fork = runFork(node);
+    var op = fork ? "run fork @" + fork.checkpoint : node.op;
+    return title + "\n" + who + "\n" + op + " · " + node.length;
   }
 
   var cy = window.cytoscape({
@@ -67,6 +76,7 @@
         "border-color": "#ffffff"
       } },
       { selector: "node.focus", style: { "border-width": 5, "border-color": "#1d2330" } },
+      { selector: "node.run-fork", style: { "shape": "round-rectangle" } },
       { selector: "node:selected", style: { "overlay-color": "#2f5fd0", "overlay-opacity": 0.25, "overlay-padding": 6 } },
       { selector: "node.match", style: { "border-width": 4, "border-color": "#d08a00" } },
       { selector: ".faded", style: { "opacity": 0.25 } },
@@ -92,8 +102,9 @@
       names.slice(1).forEach(agentColor);  // every agent of the graph is in the legend
       added.push({ group: "nodes", data: {
         id: node.id, label: label(node, agent, names.length - 1), agent: agent, agents: names,
-        color: agentColor(agent), op: node.op, length: node.length, title: node.title || ""
-      }, classes: node.id === data.session ? "focus" : "" });
+        color: agentColor(agent), op: node.op, length: node.length, title: node.title || "",
+        runFork: runFork(node) ? String(runFork(node).run) : ""
+      }, classes: [node.id === data.session ? "focus" : "", runFork(node) ? "run-fork" : ""].join(" ").trim() });
     });
     cy.add(added);
   }
