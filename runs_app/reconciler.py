@@ -24,6 +24,8 @@ from runs_app.models import Run, WorkflowPlan
 from runs_app.services.leases import StaleLease
 from runs_app.services.runs import RunChanges, run_transition
 from runs_app.transitions import TERMINAL
+from schedules_app.services import fire_due
+from webhooks_app.services import deliver_due
 
 #: A step may be re-run after its worker died at most this many times (beyond its retries).
 MAX_CRASH_ATTEMPTS = 3
@@ -38,6 +40,8 @@ class Reconciled:
     timed_out: int = 0
     dispatched: int = 0
     failed_crashes: int = 0
+    schedules_started: int = 0
+    webhooks_delivered: int = 0
 
 
 def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reconciled:
@@ -109,6 +113,12 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
         for run_id in due:
             dispatch.send(run_id)
         result.dispatched = len(due)
+    # Due schedule ticks (each at most once, however many reconcilers run); their runs are
+    # dispatched on commit like any other. Never at a later "now" than the clock's: a caller
+    # moving time forward to expire leases must not fire tomorrow's ticks today.
+    result.schedules_started = fire_due(now=min(now, timezone.now())).started
+    # Due webhook deliveries (bounded by WEBHOOK_TICK_LIMIT / WEBHOOK_TICK_SECONDS; no lock held).
+    result.webhooks_delivered = deliver_due(now=now).succeeded
     return result
 
 

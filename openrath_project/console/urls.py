@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from openrath_project.console import views
+from openrath_project.console import schedules, views
 
 app_name = "console"
 
@@ -26,6 +26,30 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel_view, name="run-cancel"),
     path("runs/<uuid:run_id>/resume/", views.run_resume_view, name="run-resume"),
+    path("runs/<uuid:run_id>/fork/", views.run_fork_view, name="run-fork"),
+    path("runs/<uuid:run_id>/replay/", views.run_replay_view, name="run-replay"),
+    path(
+        "runs/<uuid:run_id>/compare/<uuid:other_id>/",
+        views.run_compare_view,
+        name="run-compare",
+    ),
+    path("schedules/", schedules.schedules, name="schedules"),
+    path("schedules/new/", schedules.schedule_create_view, name="schedule-create"),
+    path(
+        "schedules/<uuid:schedule_id>/delete/",
+        schedules.schedule_delete_view,
+        name="schedule-delete",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/pause/",
+        schedules.schedule_pause_view,
+        name="schedule-pause",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/resume/",
+        schedules.schedule_resume_view,
+        name="schedule-resume",
+    ),
     path("sessions/", views.sessions, name="sessions"),
     path("sessions/compare/", views.session_compare, name="compare"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="session"),

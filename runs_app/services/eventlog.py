@@ -14,6 +14,7 @@ from django.db import transaction
 
 from runs_app.models import Run, RunEvent
 from sessions_app import streaming
+from webhooks_app import outbox as webhook_outbox
 
 
 def publish_event(run_id: uuid.UUID, seq: int) -> None:
@@ -27,5 +28,6 @@ def add_event(run: Run, type_: str, *, step: str = "", data: dict[str, Any] | No
     RunEvent.objects.create(
         run_id=run.id, seq=run.event_seq, type=type_, step=step, data=data or {}
     )
+    webhook_outbox.record_run_event(run, type_, run.event_seq, step=step, data=data)
     publish_event(run.id, run.event_seq)
     return run.event_seq

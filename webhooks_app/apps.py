@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebhooksAppConfig(AppConfig):
+    name = "webhooks_app"
+    verbose_name = "Webhooks"
