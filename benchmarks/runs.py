@@ -11,6 +11,8 @@ In the same run it measures a floor: raw psycopg ``INSERT`` of a step's delta + 
   (``manage.py run_worker``): durable steps/s. Target: 2 workers >= 1.6x one.
 * W3: one workflow of 200 steps each appending a 500-byte chunk: WAL bytes written per step,
   steps 1-10 vs 191-200 (medians: the WAL position is cluster-wide). Target: ratio <= 1.2.
+  Also its table bytes: a run of it first, on fresh tables, every relation's growth against the
+  chunks' content (issue 20's measure). Target: <= 3.
 * W3m (issue 20): the peer-shaped workload, one workflow of 200 (then 2,000) steps each doing
   ``state["messages"] = state["messages"] + [a 500-byte message]`` (messages in the state, no
   session chunk): checkpoint table bytes (with TOAST and indexes) / logical bytes (the messages'
@@ -170,6 +172,45 @@ def messages_workload(project, registry, count: int) -> dict[str, float]:
         "early_ms": statistics.median(intervals[:10]) * 1000,
         "late_ms": statistics.median(intervals[-10:]) * 1000,
     }
+
+
+def relation_bytes() -> dict[str, int]:
+    """``pg_relation_size`` of every table, index and TOAST table of the product's schema."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname IN ('public', 'pg_toast') AND c.relkind IN ('r', 'i', 't')"
+        )
+        return {name: int(size) for name, size in cursor.fetchall()}
+
+
+def w3_table_bytes(grown: dict[str, int], logical: int) -> str:
+    """W3's table bytes (the session-chunk variant of issue 20's measure): what every relation
+    grew by over the run, against the chunks' content, with the chunk table's own share."""
+    from sessions_app.models import Chunk
+
+    chunk_table = Chunk._meta.db_table
+    chunk_rels = {chunk_table, *(index.name for index in Chunk._meta.indexes)}
+    chunk_rels |= {c.name for c in Chunk._meta.constraints}
+    chunks = sum(
+        size
+        for name, size in grown.items()
+        if name in chunk_rels or name.startswith(f"{chunk_table}_")
+    )
+    total = sum(grown.values())
+    biggest = sorted(grown.items(), key=lambda item: -item[1])[:6]
+    return (
+        f"Table bytes of W3 (a run of `bench200` before the other workloads, on fresh tables: "
+        f"growth of every table, index and TOAST table of the schema) / logical bytes (the "
+        f"chunks' 500-byte contents, {logical:,}): "
+        f"**{total / logical:.2f}** (target <= 3); the chunk table and its indexes "
+        f"{chunks / logical:.2f} ({chunks / W3_STEPS:,.0f} bytes a chunk). Largest: "
+        + ", ".join(f"`{name}` {size:,}" for name, size in biggest)
+        + ". A relation grows by whole 8 KiB pages, so one run of 200 steps rounds up.\n"
+    )
 
 
 def messages_section(project, registry) -> str:
@@ -548,6 +589,15 @@ def main() -> None:
     w1_runs = 20 if args.quick else 100
     w2_runs = 40 if args.quick else 200
 
+    # --- W3's table bytes, first, on tables no earlier workload left free space in ----------
+    relations_before = relation_bytes()
+    create_runs(project, registry.get("bench200"), 1)
+    while run_one("bench-w3-bytes", registry=registry) is not None:
+        pass
+    w3_bytes = {
+        name: size - relations_before.get(name, 0) for name, size in relation_bytes().items()
+    }
+
     # --- floor and W1, interleaved in blocks so noise hits both alike -------------------
     floor_samples: list[float] = []
     w1_ids: list = []
@@ -670,6 +720,7 @@ def main() -> None:
         "cluster's, so a step that shares its window with background writes (autovacuum, a "
         "checkpoint's full-page images) reads high: the median is the step's own cost. W3 "
         "starts after a `VACUUM` and a `CHECKPOINT`.\n",
+        w3_table_bytes(w3_bytes, W3_STEPS * 500),
     ]
     lines.append(messages_section(project, registry))
     body = "\n".join(lines)

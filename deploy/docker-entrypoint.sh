@@ -1,6 +1,7 @@
 #!/bin/sh
 # The image's entry point: one image, one process kind per container.
 #   web         ASGI (HTTP + WebSocket) on $PORT (8000), $WEB_CONCURRENCY worker processes
+#               (else $OPENRATH_WEB_WORKERS, else one per CPU the container may use: nproc)
 #   worker      Celery worker; Prometheus metrics on $METRICS_PORT (9100)
 #   beat        Celery beat (exactly one per deployment)
 #   run-worker  the database-claiming worker (runs finish even while Redis is down)
@@ -17,7 +18,7 @@ case "$command" in
     # Proxy headers only from the addresses in FORWARDED_ALLOW_IPS (the ingress controller):
     # trusting everyone would let any client choose its own address.
     exec uvicorn openrath_project.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" \
-      --workers "${WEB_CONCURRENCY:-2}" --proxy-headers \
+      --workers "${WEB_CONCURRENCY:-${OPENRATH_WEB_WORKERS:-$(nproc)}}" --proxy-headers \
       --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" --lifespan off \
       --timeout-graceful-shutdown 20 "$@" ;;
   worker)

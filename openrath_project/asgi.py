@@ -13,7 +13,7 @@ any ASGI server), each process:
 
 import os
 
-from django.core.asgi import get_asgi_application
+from openrath_project.asgi_handler import get_one_hop_asgi_application, outside_the_event_loop
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "openrath_project.settings")
 # Settings give the web process a bounded PostgreSQL connection pool (DATABASE_POOL).
@@ -23,8 +23,9 @@ from openrath_project.tracing_setup import configure_tracing  # noqa: E402
 
 configure_tracing("web")  # before Django loads its middleware (the Django instrumentation's)
 
-# Django must be set up before anything imports models.
-django_asgi_app = get_asgi_application()
+# Django must be set up before anything imports models. One thread hop per request, not one
+# per middleware boundary (openrath_project/asgi_handler.py).
+django_asgi_app = get_one_hop_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
@@ -36,7 +37,7 @@ from openrath_project.routing import websocket_urlpatterns  # noqa: E402
 from openrath_project.startup import open_web_gate  # noqa: E402
 from openrath_project.ws.auth import BrowserOriginValidator, StreamAuthMiddleware  # noqa: E402
 
-gate = open_web_gate("the ASGI web process")
+gate = outside_the_event_loop(lambda: open_web_gate("the ASGI web process"))
 
 # uvicorn's access and error lines name paths with their query strings: redact credentials.
 install_log_redaction()

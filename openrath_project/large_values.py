@@ -104,7 +104,10 @@ def offload(
         elif key in appended and is_ref(stored) and _is_list_ref(stored[REF_KEY]):
             inner = stored[REF_KEY]
             gained = value[len(value) - appended[key] :]
-            out[key] = _list_ref(tenant_id, list(inner["blocks"]), [*inner["tail"], *gained])
+            tail = inner["tail"]
+            out[key] = _list_ref(
+                tenant_id, list(inner["blocks"]), [*tail, *gained], unsealed=len(tail)
+            )
         else:
             out[key] = _stored_value(tenant_id, value, limit)
     return out
@@ -122,15 +125,21 @@ def _stored_value(tenant_id: uuid.UUID | str, value: Any, limit: int) -> Any:
     return {REF_KEY: {"digest": ref.digest, "size": ref.size, "media_type": JSON_MEDIA_TYPE}}
 
 
-def _list_ref(tenant_id: uuid.UUID | str, blocks: list[Any], tail: list[Any]) -> dict[str, Any]:
+def _list_ref(
+    tenant_id: uuid.UUID | str, blocks: list[Any], tail: list[Any], *, unsealed: int = 0
+) -> dict[str, Any]:
     """A long list as sealed blocks and a tail: the tail's items are sealed into a block (an
     artifact holding their JSON list) each time they reach the inline limit, from the start
     of the tail. The rule depends only on the items, so a list stored at once and the same list
     grown item by item are cut into the same blocks, and a block once written is never
-    written again."""
+    written again. ``unsealed``: how many leading items of ``tail`` are a stored tail already
+    (together under the limit, so none of them ends a block): their size is measured in one
+    call instead of item by item."""
     limit = inline_limit()
-    start, size = 0, 0
-    for index, item in enumerate(tail):
+    start, size = 0, _items_size(tail[:unsealed])
+    if size >= limit:  # not a tail this limit would have left (the limit changed): item by item
+        unsealed, size = 0, 0
+    for index, item in enumerate(tail[unsealed:], start=unsealed):
         size += len(_encode(item)) + 1
         if size >= limit:
             data = _encode(tail[start : index + 1])
@@ -138,6 +147,12 @@ def _list_ref(tenant_id: uuid.UUID | str, blocks: list[Any], tail: list[Any]) ->
             blocks.append({"digest": ref.digest, "size": ref.size, "items": index + 1 - start})
             start, size = index + 1, 0
     return {REF_KEY: {"blocks": blocks, "tail": tail[start:]}}
+
+
+def _items_size(items: list[Any]) -> int:
+    """The sum over ``items`` of their encoded length plus one, as :func:`_list_ref` counts:
+    the list's encoding is ``[``, the items separated by ``", "`` and ``]``."""
+    return len(_encode(items)) - len(items) if items else 0
 
 
 def hydrate(tenant_id: uuid.UUID | str, value: Any) -> Any:

@@ -346,7 +346,7 @@ def _prepare_session(run: Run, claim: services.Claim) -> Session:
     chunks stay visible in lineage, never in the run's view).
     """
     assert run.session_id is not None, "every run is created with a working session"
-    session = Session.objects.get(pk=run.session_id)
+    session = claim.session or Session.objects.get(pk=run.session_id)  # the claim read it
     if claim.session_length is None:  # the claim did not take the writer (not PostgreSQL)
         session_services.session_claim_writer(session=session, run_id=run.id, token=claim.token)
         session.refresh_from_db(fields=["base_len", "own_len"])
@@ -431,7 +431,7 @@ def execute_claim(
     """Run the claimed run's steps until it ends, waits, retries later or loses its lease
     (or, with ``max_steps``, stops at the first checkpoint after that many steps, the run still
     ``running`` under this lease: ``LocalRuntime.work_once(max_steps=)``)."""
-    run = Run.objects.select_related("project").get(id=claim.run_id)
+    run = claim.run or Run.objects.select_related("project").get(id=claim.run_id)
     with log_context(run=run.id, tenant=run.tenant_id, worker=claim.worker):
         try:
             registered = registry.get(run.workflow)

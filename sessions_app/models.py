@@ -127,8 +127,13 @@ class Chunk(models.Model):
     KIND_CHOICES: ClassVar[list[tuple[str, str]]] = [(k, k) for k in KINDS]
 
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="own_chunks")
+    # No single-column indexes on these two (issue 20: a chunk's bytes): every read by session
+    # is served by ``chunk_seq_unique`` (session, seq), and nothing reads chunks by tenant alone
+    # (scoped reads also filter by session or run).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    session = models.ForeignKey(
+        Session, on_delete=models.PROTECT, related_name="own_chunks", db_index=False
+    )
     #: Position in the logical list of ``session`` (and of every session that forks past it).
     seq = models.PositiveIntegerField()
     role = models.CharField(max_length=16, choices=ROLE_CHOICES)

@@ -68,19 +68,22 @@ class _LocalBuckets:
 
 local_buckets = _LocalBuckets()
 _redis_lock = threading.Lock()
-_redis_client: Any = None
+_redis_script: Any = None
 
 
-def _redis() -> Any:
-    global _redis_client
+def _bucket_script() -> Any:
+    """The bucket script, registered once per process: each request sends its SHA1 (EVALSHA,
+    loading it again only after a Redis restart), not its source."""
+    global _redis_script
     with _redis_lock:
-        if _redis_client is None:
+        if _redis_script is None:
             import redis
 
-            _redis_client = redis.Redis.from_url(
+            client = redis.Redis.from_url(
                 settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1
             )
-        return _redis_client
+            _redis_script = client.register_script(_REDIS_SCRIPT)
+        return _redis_script
 
 
 def take(key: str) -> tuple[bool, float]:
@@ -90,8 +93,8 @@ def take(key: str) -> tuple[bool, float]:
     now = time.time()
     if settings.REDIS_URL:
         try:
-            allowed, wait = _redis().eval(
-                _REDIS_SCRIPT, 1, f"openrath:rl:{key}", capacity, rate, now
+            allowed, wait = _bucket_script()(
+                keys=[f"openrath:rl:{key}"], args=[capacity, rate, now]
             )
             return bool(int(allowed)), float(wait)
         except Exception as exc:  # Redis away: this process's buckets, never a 500

@@ -143,25 +143,26 @@ def server_main(argv: Sequence[str] | None = None) -> None:
         default=int(_env_number(parser, "OPENRATH_PORT", "8000", int)),
         help="port (env OPENRATH_PORT, default 8000)",
     )
+    workers_env = _env_default("OPENRATH_WEB_WORKERS")
     parser.add_argument(
         "--workers",
         type=int,
-        default=int(_env_number(parser, "OPENRATH_WEB_WORKERS", "1", int)),
-        help="uvicorn worker processes (env OPENRATH_WEB_WORKERS, default 1; more than one "
-        "is allowed here: each process shares the database and the Redis channel layer)",
+        default=int(_env_number(parser, "OPENRATH_WEB_WORKERS", "1", int)) if workers_env else None,
+        help="uvicorn worker processes (env OPENRATH_WEB_WORKERS; default one per CPU in the "
+        "production profile, one in the embedded profile; each process shares the database "
+        "and the Redis channel layer)",
     )
     args = parser.parse_args(argv)
     _check_app(parser, args.app)
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         parser.error("--workers must be at least 1")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
     _use_dsn(parser, _env_default("OPENRATH_POSTGRES_DSN"), migrations=False)
-    _run(
-        "openrath-server",
-        "serve",
-        ["--host", args.host, "--port", str(args.port), "--workers", str(args.workers)],
-    )
+    arguments = ["--host", args.host, "--port", str(args.port)]
+    if args.workers is not None:  # else `serve` sizes the tier for the profile
+        arguments += ["--workers", str(args.workers)]
+    _run("openrath-server", "serve", arguments)
 
 
 def _lease_seconds(parser: argparse.ArgumentParser, value: str | None, source: str) -> str | None:

@@ -32,6 +32,7 @@ from openrath_project.tenancy.models import (
     Tenant,
 )
 from openrath_project.tenancy.principal import Principal
+from openrath_project.tenancy.token_cache import token_cache
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 TOKEN_PREFIX_ALPHABET = string.ascii_lowercase + string.digits
@@ -197,6 +198,11 @@ def token_revoke(*, prefix: str) -> ApiToken:
     ApiToken.objects.filter(prefix=prefix, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
+    # This process refuses it on its next request (the cache is keyed by the raw token, which
+    # is not known here, so all of it goes); again after commit, in case a request cached the
+    # token between the update and the commit. Other processes: within the cache's bound.
+    token_cache.clear()
+    transaction.on_commit(token_cache.clear)
     token = ApiToken.objects.filter(prefix=prefix).select_related("tenant").first()
     if token is None:
         raise NotFound(f"no token with prefix {prefix!r}")

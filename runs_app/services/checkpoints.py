@@ -9,6 +9,7 @@ transaction writing the same rows (:mod:`.composed` picks the path).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +187,7 @@ def checkpoint_commit(
             full = True
         else:
             stored_state, stored_len = delta, delta_len
-    state_digest = digest(state)
+    state_digest = hashlib.sha256(state_json.encode()).hexdigest()  # digest(state), encoded once
     event_data = dict(commit.event_data or {})
     event_data.setdefault("attempt", commit.attempt)
     event_data.setdefault("next", commit.next_nodes)

@@ -8,17 +8,21 @@ worker whose lease expired or whose run was cancelled commits nothing (:class:`S
 
 from __future__ import annotations
 
+import functools
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
 from openrath_project.errors import Conflict
+from openrath_project.tenancy.models import Project
 from runs_app.models import Run, RunEvent
 from runs_app.services import composed
 from runs_app.services.eventlog import add_event, publish_event
@@ -29,6 +33,9 @@ from sessions_app.models import Session
 
 _RUN = Run._meta.db_table
 _EVENT = RunEvent._meta.db_table
+_PROJECT = Project._meta.db_table
+_SESSION = Session._meta.db_table
+_M = TypeVar("_M", bound=models.Model)
 
 
 class StaleLease(Conflict):
@@ -54,6 +61,11 @@ class Claim:
     #: The lease length this claim asked for (``None``: ``OPENRATH_LEASE_SECONDS``); the
     #: heartbeat renews by the same amount.
     lease_seconds: int | None = None
+    #: The run as the claim left it (its project loaded) and its working session, when the
+    #: claim read them (PostgreSQL: the claim statement returns their rows), so the executor
+    #: need not read them again; ``None``: read them.
+    run: Run | None = field(default=None, compare=False, repr=False)
+    session: Session | None = field(default=None, compare=False, repr=False)
 
 
 # The claim: the run row (fencing token + 1, lease), its working session's writer and the
@@ -74,7 +86,7 @@ WITH picked AS (
         event_seq = run.event_seq + 1, updated_at = now()
     FROM picked
     WHERE run.id = picked.id
-    RETURNING run.id, run.fencing_token, run.event_seq, run.attempt, run.session_id
+    RETURNING run.*
 ), w AS ({session_sql.claim_writer_cte("r")}
 ), e AS (
     INSERT INTO {_EVENT} (run_id, seq, type, step, data, created_at)
@@ -84,8 +96,52 @@ WITH picked AS (
            now()
     FROM r
 )
-SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM w) FROM r
+SELECT r.id, r.fencing_token, r.event_seq, (SELECT length FROM w), {{rows}}
+FROM r JOIN {_PROJECT} AS project ON project.id = r.project_id
+LEFT JOIN {_SESSION} AS session ON session.id = r.session_id
 """  # noqa: S608 - table names from model metadata, values are parameters
+
+
+def _selected(alias: str, model: type[models.Model]) -> list[str]:
+    quote = connection.ops.quote_name
+    return [f"{alias}.{quote(str(column.column))}" for column in model._meta.concrete_fields]
+
+
+@functools.cache
+def _claimed_rows_sql() -> str:
+    """The claim's row of the run (after the claim), of its project and of its session (as
+    before the claim: the writer columns are set from the claim), in model field order."""
+    return ", ".join(
+        [*_selected("r", Run), *_selected("project", Project), *_selected("session", Session)]
+    )
+
+
+def _instance(model: type[_M], values: Sequence[Any]) -> _M:
+    """A model instance from its row as the ORM would load it (each field's database
+    converters applied: JSON text parsed)."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for column, value in zip(fields, values, strict=True):
+        for converter in column.get_db_converters(connection):
+            value = converter(value, column, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [column.attname for column in fields], converted)
+
+
+def _claimed(row: Sequence[Any], token: int, length: int | None) -> tuple[Run, Session | None]:
+    """The claimed run (its project loaded) and its session from the claim's row."""
+    run_columns = len(Run._meta.concrete_fields)
+    project_columns = len(Project._meta.concrete_fields)
+    run = _instance(Run, row[4 : 4 + run_columns])
+    project = _instance(Project, row[4 + run_columns : 4 + run_columns + project_columns])
+    Run.project.field.set_cached_value(run, project)
+    session_row = row[4 + run_columns + project_columns :]
+    if session_row[0] is None:
+        return run, None
+    session = _instance(Session, session_row)
+    if length is not None:  # the claim made the run its writer
+        session.writer_run_id, session.writer_token = run.id, token
+    return run, session
 
 
 @dataclass(frozen=True)
@@ -97,13 +153,22 @@ class _ClaimRequest:
     lease_seconds: int | None
     opaque: bool = False
 
-    def claim(self, run_id: uuid.UUID, token: int, length: int | None) -> Claim:
+    def claim(
+        self,
+        run_id: uuid.UUID,
+        token: int,
+        length: int | None,
+        run: Run | None = None,
+        session: Session | None = None,
+    ) -> Claim:
         return Claim(
             run_id=run_id,
             token=token,
             worker=self.worker,
             session_length=length,
             lease_seconds=self.lease_seconds,
+            run=run,
+            session=session,
         )
 
 
@@ -145,6 +210,7 @@ def _sql_claim(request: _ClaimRequest) -> Claim | None:
         ),
         workflows="AND workflow = ANY(%(workflows)s)" if request.workflows is not None else "",
         opaque="" if request.opaque else "AND workflow <> ''",
+        rows=_claimed_rows_sql(),
     )
     rows = composed.execute_composed(
         sql,
@@ -158,9 +224,11 @@ def _sql_claim(request: _ClaimRequest) -> Claim | None:
     )
     if not rows:
         return None
-    claimed_id, token, event_seq, length = rows[0]
+    claimed_id, token, event_seq, length = rows[0][:4]
     publish_event(claimed_id, int(event_seq))
-    return request.claim(claimed_id, int(token), int(length) if length is not None else None)
+    length = int(length) if length is not None else None
+    run, session = _claimed(rows[0], int(token), length)
+    return request.claim(claimed_id, int(token), length, run, session)
 
 
 def _orm_claim(request: _ClaimRequest) -> Claim | None:

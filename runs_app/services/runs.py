@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from openrath_project import large_values, metrics
@@ -30,6 +30,7 @@ from runs_app import dispatch, tracing
 from runs_app.models import Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
+from runs_app.services import composed, start_sql
 from runs_app.services.eventlog import add_event, publish_event
 from runs_app.services.leases import Claim, StaleLease
 from runs_app.state_delta import check_json_state
@@ -97,15 +98,50 @@ def opaque_plan_store(*, plan_id: str, revision_id: str | None) -> WorkflowPlan:
 # --- Create ------------------------------------------------------------------------------------
 
 
+def _queue_cap() -> int:
+    return int(settings.OPENRATH_MAX_QUEUED_RUNS_PER_TENANT)
+
+
+def _queue_full(queued: int, cap: int) -> RateLimited:
+    return RateLimited(
+        f"the tenant has {queued} queued runs; the limit is {cap}",
+        retry_after=5,
+        details={"queued": queued, "limit": cap},
+    )
+
+
 def _check_queue_cap(tenant_id: uuid.UUID) -> None:
-    cap = int(settings.OPENRATH_MAX_QUEUED_RUNS_PER_TENANT)
-    queued = Run.objects.filter(tenant_id=tenant_id, status="queued").count()
+    """The portable check, inside the transaction that inserts the run: a count bounded by the
+    cap (on PostgreSQL after the tenant's queue lock, so concurrent submissions count one after
+    the other; SQLite has one writer at a time)."""
+    cap = _queue_cap()
+    if connection.vendor == "postgresql":
+        start_sql.lock_tenant_queue(tenant_id)
+    queued = Run.objects.filter(tenant_id=tenant_id, status="queued")[:cap].count()
     if queued >= cap:
-        raise RateLimited(
-            f"the tenant has {queued} queued runs; the limit is {cap}",
-            retry_after=5,
-            details={"queued": queued, "limit": cap},
-        )
+        raise _queue_full(queued, cap)
+
+
+#: Hashes of plans known to be stored in this process's database: plans are immutable and never
+#: deleted, so a submission need not read its plan row again (the composed insert still checks
+#: that it exists, by primary key, and a miss forgets the hash and stores the plan).
+_stored_plans: dict[str, str] = {}
+_STORED_PLANS_LIMIT = 4096
+
+
+def _stored_plan_hash(plan: Plan) -> str:
+    """The hash of ``plan``, stored first if this process has not seen it stored."""
+    key = f"{connection.alias}:{plan.hash}"
+    if key not in _stored_plans:
+        stored = plan_store(plan).hash
+        if len(_stored_plans) >= _STORED_PLANS_LIMIT:
+            _stored_plans.clear()
+        _stored_plans[key] = stored
+    return _stored_plans[key]
+
+
+def _forget_plan(plan_hash: str) -> None:
+    _stored_plans.pop(f"{connection.alias}:{plan_hash}", None)
 
 
 def run_create(
@@ -156,7 +192,7 @@ def run_create(
     return _queue(
         project=project,
         name=workflow.name,
-        plan_row=plan_store(workflow.plan),
+        plan_row=workflow.plan,
         next_nodes=[workflow.plan.entry],
         initial=initial,
         session=session,
@@ -231,8 +267,8 @@ def _checked_request(
     priority: int,
     deadline: datetime | None,
 ) -> dict[str, Any]:
-    """The validated initial state of a new run (``ValidationFailed`` / ``RateLimited``
-    otherwise), large values offloaded."""
+    """The validated initial state of a new run (``ValidationFailed`` otherwise), large values
+    offloaded. The queue cap is checked in the transaction that inserts the run."""
     initial = check_json_state(state or {}, where="state")
     if plan is not None:
         check_input(plan, initial)
@@ -247,15 +283,18 @@ def _checked_request(
         raise ValidationFailed(
             "the session belongs to another project", details={"session": ["another project"]}
         )
-    _check_queue_cap(project.tenant_id)
     return large_values.offload(project.tenant_id, initial)
+
+
+class _PlanNotStored(Exception):
+    """The composed insert found no row for a plan this process believed stored."""
 
 
 def _queue(
     *,
     project: Project,
     name: str,
-    plan_row: WorkflowPlan,
+    plan_row: WorkflowPlan | Plan,
     next_nodes: list[str],
     initial: dict[str, Any],
     session: Session | None,
@@ -268,75 +307,200 @@ def _queue(
     token_budget: int | None,
     cost_budget_usd: Decimal | None,
 ) -> tuple[Run, bool]:
-    """Insert the queued run, its working session and its ``run.created`` event."""
-    run_id = uuid7()  # time-ordered: the API lists runs by -id (newest first)
-    title = f"run of {name or 'an opaque plan'}"
-    trace_context = tracing.run_root(
-        run_id=run_id,
-        workflow=name,
-        tenant_id=project.tenant_id,
-        project_id=project.id,
-        origin_carrier=tracing.origin_of(session),
-    )
+    """Insert the queued run, its working session and its ``run.created`` event, in one
+    transaction with the queue-cap check (``RateLimited`` when the tenant is at its cap).
+
+    On PostgreSQL a run with a new, empty working session (no session to fork, no user
+    message) is one composed statement after the tenant's queue lock (:mod:`.start_sql`);
+    otherwise the ORM writes the same rows."""
+    fields = {
+        "name": name,
+        "next_nodes": next_nodes,
+        "initial": initial,
+        "priority": priority,
+        "deadline": deadline,
+        "idempotency_key": idempotency_key or None,
+        "digest_of_request": digest_of_request,
+        "created_by": created_by,
+        "token_budget": token_budget,
+        "cost_budget_usd": cost_budget_usd,
+    }
     try:
-        with transaction.atomic():
-            with session_context.writing(actor=created_by or "api", run_id=run_id):
-                if session is not None:
-                    working = session_services.session_fork(
-                        session=session,
-                        title=title,
-                        metadata={"run": str(run_id)},
-                        created_by=created_by,
-                    )
-                else:
-                    drafts = (
-                        [make_draft(role="user", content={"text": user_message})]
-                        if user_message
-                        else []
-                    )
-                    working = session_services.session_create(
-                        project=project,
-                        title=(user_message or title)[:80],
-                        chunks=drafts,
-                        metadata={"run": str(run_id)},
-                        created_by=created_by,
-                    )
-            run = Run.objects.create(
-                id=run_id,
-                tenant_id=project.tenant_id,
+        if composed.composed_sql() and session is None and not user_message:
+            return _queue_composed(project=project, plan_row=plan_row, **fields), True
+        stored = plan_row if isinstance(plan_row, WorkflowPlan) else plan_store(plan_row)
+        return (
+            _queue_orm(
                 project=project,
-                workflow=name,
-                plan=plan_row,
-                status="queued",
-                input=initial,
-                state=initial,
-                session=working,
-                session_len=working.length,
-                priority=priority,
-                deadline=deadline,
-                next_nodes=next_nodes,
-                idempotency_key=idempotency_key or None,
-                request_digest=digest_of_request,
-                created_by=created_by,
-                token_budget=token_budget,
-                cost_budget_usd=cost_budget_usd,
-                event_seq=1,
-                trace_context=trace_context,
-            )
-            RunEvent.objects.create(
-                run=run,
-                seq=1,
-                type="run.created",
-                data={"workflow": name, "plan": plan_row.hash, "session": str(working.id)},
-            )
-            publish_event(run.id, 1)
-            dispatch.on_commit(run.id)
+                plan_hash=stored.hash,
+                session=session,
+                user_message=user_message,
+                **fields,
+            ),
+            True,
+        )
     except IntegrityError:
         if not idempotency_key:
             raise
         existing = Run.objects.get(tenant_id=project.tenant_id, idempotency_key=idempotency_key)
         return _idempotent_replay(existing, digest_of_request, project), False
-    return run, True
+
+
+def _new_run(
+    *, run_id: uuid.UUID, project: Project, plan_hash: str, working: Session, **fields: Any
+) -> Run:
+    name = fields["name"]
+    return Run(
+        id=run_id,
+        tenant_id=project.tenant_id,
+        project=project,
+        workflow=name,
+        plan_id=plan_hash,
+        status="queued",
+        input=fields["initial"],
+        state=fields["initial"],
+        session=working,
+        session_len=working.length,
+        priority=fields["priority"],
+        deadline=fields["deadline"],
+        next_nodes=fields["next_nodes"],
+        idempotency_key=fields["idempotency_key"],
+        request_digest=fields["digest_of_request"],
+        created_by=fields["created_by"],
+        token_budget=fields["token_budget"],
+        cost_budget_usd=fields["cost_budget_usd"],
+        event_seq=1,
+        trace_context=tracing.run_root(
+            run_id=run_id,
+            workflow=name,
+            tenant_id=project.tenant_id,
+            project_id=project.id,
+            origin_carrier=tracing.origin_of(fields.get("session")),
+        ),
+    )
+
+
+def _created_event(run: Run, plan_hash: str, working: Session) -> RunEvent:
+    return RunEvent(
+        run=run,
+        seq=1,
+        type="run.created",
+        data={"workflow": run.workflow, "plan": plan_hash, "session": str(working.id)},
+    )
+
+
+def _title(name: str) -> str:
+    return f"run of {name or 'an opaque plan'}"
+
+
+def _queue_composed(*, project: Project, plan_row: WorkflowPlan | Plan, **fields: Any) -> Run:
+    """The PostgreSQL start: the tenant's queue lock, then session, run and event in one
+    statement that also checks the cap and the plan (:func:`start_sql.insert_start`)."""
+    cap = _queue_cap()
+    for _attempt in range(2):
+        if isinstance(plan_row, WorkflowPlan):
+            plan_hash = plan_row.hash
+        else:
+            plan_hash = _stored_plan_hash(plan_row)
+        run_id = uuid7()  # time-ordered: the API lists runs by -id (newest first)
+        created_by = fields["created_by"]
+        with session_context.writing(actor=created_by or "api", run_id=run_id):
+            ctx = session_context.current()
+            # The row session_create writes for a new session without chunks.
+            working = Session(
+                tenant_id=project.tenant_id,
+                project=project,
+                title=_title(fields["name"])[:80],
+                op="create",
+                own_len=0,
+                placement={},
+                metadata={"run": str(run_id)},
+                provenance={},
+                incomplete=False,
+                created_by=created_by or ctx.actor,
+                usage_prompt_tokens=0,
+                usage_completion_tokens=0,
+                usage_total_tokens=0,
+                usage_cost_usd=Decimal(0),
+                agent=ctx.agent,
+                workflow=ctx.workflow,
+                run_id=ctx.run_id,
+                step=ctx.step,
+            )
+        run = _new_run(
+            run_id=run_id, project=project, plan_hash=plan_hash, working=working, **fields
+        )
+        try:
+            with transaction.atomic():
+                start_sql.lock_tenant_queue(project.tenant_id)
+                queued, plan_stored, inserted = start_sql.insert_start(
+                    session=working,
+                    run=run,
+                    event=_created_event(run, plan_hash, working),
+                    cap=cap,
+                )
+                if not inserted:
+                    if queued >= cap:
+                        raise _queue_full(queued, cap)
+                    assert not plan_stored
+                    raise _PlanNotStored(plan_hash)
+                publish_event(run.id, 1)
+                dispatch.on_commit(run.id)
+        except _PlanNotStored:  # e.g. a test's rolled-back transaction stored it
+            _forget_plan(plan_hash)
+            continue
+        return run
+    raise RuntimeError(f"the plan {plan_hash} could not be stored")
+
+
+def _queue_orm(
+    *,
+    project: Project,
+    plan_hash: str,
+    session: Session | None,
+    user_message: str | None,
+    **fields: Any,
+) -> Run:
+    """The portable start: the same rows through the ORM, in one transaction."""
+    run_id = uuid7()
+    name, created_by = fields["name"], fields["created_by"]
+    title = _title(name)
+    with transaction.atomic():
+        _check_queue_cap(project.tenant_id)
+        with session_context.writing(actor=created_by or "api", run_id=run_id):
+            if session is not None:
+                working = session_services.session_fork(
+                    session=session,
+                    title=title,
+                    metadata={"run": str(run_id)},
+                    created_by=created_by,
+                )
+            else:
+                drafts = (
+                    [make_draft(role="user", content={"text": user_message})]
+                    if user_message
+                    else []
+                )
+                working = session_services.session_create(
+                    project=project,
+                    title=(user_message or title)[:80],
+                    chunks=drafts,
+                    metadata={"run": str(run_id)},
+                    created_by=created_by,
+                )
+        run = _new_run(
+            run_id=run_id,
+            project=project,
+            plan_hash=plan_hash,
+            working=working,
+            session=session,
+            **fields,
+        )
+        run.save(force_insert=True)
+        _created_event(run, plan_hash, working).save(force_insert=True)
+        publish_event(run.id, 1)
+        dispatch.on_commit(run.id)
+    return run
 
 
 def _arguments_digest(

@@ -31,7 +31,7 @@ from openrath_project.api.views import ScopedAPIView
 from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, PayloadTooLarge, ValidationFailed
 from openrath_project.tenancy.principal import Principal
-from openrath_project.tenancy.selectors import project_get
+from openrath_project.tenancy.selectors import parse_uuid, project_get
 from sessions_app import selectors, services, transfer
 from sessions_app.api.serializers import (
     ChunkOut,
@@ -145,6 +145,19 @@ class SessionViewSet(
         self.audit(object_id=session.id, project=session.project)
         return session
 
+    def _chunk_log(self, pk: str) -> Session:
+        """The session of the chunk endpoints, in one query: without the lineage prefetch (they
+        show no parents) and with the project the audit note names joined in."""
+        as_uuid = parse_uuid(pk)
+        session = None
+        if as_uuid is not None:
+            scoped = selectors.session_list(principal=self.principal).prefetch_related(None)
+            session = scoped.select_related("project").filter(id=as_uuid).first()
+        if session is None:
+            raise NotFound("session not found", details={"session": str(pk)})
+        self.audit(object_id=session.id, project=session.project)
+        return session
+
     def _out(self, session: Session, status: int = 200) -> Response:
         fresh = selectors.session_list(principal=self.principal).get(id=session.id)
         return Response(SessionOut(fresh).data, status=status)
@@ -199,7 +212,7 @@ class SessionViewSet(
     )
     @action(detail=True, methods=["get", "post"])
     def chunks(self, request: Request, pk: str) -> Response:
-        session = self._session(pk)
+        session = self._chunk_log(pk)
         if request.method == "POST":
             data = ChunksAppendIn(data=request.data)
             data.is_valid(raise_exception=True)
