@@ -15,13 +15,16 @@ def s3_client_config(
     *, connect_timeout: float = 3.0, read_timeout: float = 30.0, max_attempts: int = 3
 ) -> Config:
     """Path-style addressing and SigV4 (what SeaweedFS, MinIO and AWS all accept), bounded
-    timeouts, and botocore's ``standard`` retry mode (``max_attempts`` counts the first try)."""
+    timeouts, and botocore's ``standard`` retry mode; ``max_attempts`` counts the first try
+    (botocore's ``total_max_attempts``: its ``retries["max_attempts"]`` would count the retries
+    only, one attempt more than asked). A storage call waits at most about ``max_attempts`` x
+    (``connect_timeout`` + ``read_timeout``) on a connection that hangs."""
     return Config(
         s3={"addressing_style": "path"},
         signature_version="s3v4",
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"max_attempts": max(1, max_attempts), "mode": "standard"},
+        retries={"total_max_attempts": max(1, max_attempts), "mode": "standard"},
     )
 
 

@@ -23,7 +23,18 @@ Invariants (each violation names one):
 * ``chunk_gap`` / ``chunk_log``: a session's chunk sequence numbers are contiguous and its texts
   are exactly the committed steps' chunks, once each, in order;
 * ``slow_recovery``: after each fault heals, every run the fault caught committed its next step
-  (or finished) within the bound.
+  (or finished) within the bound;
+* interrupts (the drill's operator resolves each over the API, then asks again with another
+  decision): ``resolved_twice``: at most one resolve request per interrupt is answered 2xx,
+  and every later one is a 409 (``second_resolve``: anything else); ``decision_changed``: the
+  interrupt holds the decision of the request that was accepted; ``lost_resolution``: an
+  accepted resolution is in the database, with its ``interrupt.resolved`` event, and its run
+  committed the interrupted step after it; ``resumed_twice``: one ``interrupt.resolved`` event
+  and one commit of the interrupted step per resolution; ``resumed_before_decision``: that
+  commit comes after the event; ``unresolved_interrupt``: none is left pending. The report
+  holds, per fault, the seconds from each resolution to the commit of the step it resumed;
+* ``artifact_unreadable``: every artifact a committed checkpoint references is readable from
+  the store after the drill and matches its digest.
 """
 
 from __future__ import annotations
@@ -41,6 +52,8 @@ T = TypeVar("T")
 class Submission:
     run: str
     at: float
+    #: "" is the history's default workflow (:attr:`History.steps`, :attr:`History.effects`).
+    workflow: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,50 @@ class Fault:
     runs: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """One resolve request the drill's operator sent over the API: ``status`` is the HTTP
+    status it got (0: no answer), ``by`` who the API recorded as deciding (from a 2xx answer),
+    ``at`` when the answer came (drill clock), ``fault`` the fault it was sent under and
+    ``phase`` when (``before``, ``during``, ``after`` the fault)."""
+
+    interrupt: str
+    run: str
+    decision: str
+    status: int
+    at: float
+    by: str = ""
+    fault: str = ""
+    phase: str = ""
+
+
+@dataclass(frozen=True)
+class InterruptRecord:
+    """An interrupt as the database holds it after the drill (``resolved_at`` on the database
+    clock, as commits are), and the event ``seq`` of every ``interrupt.resolved`` naming it."""
+
+    id: str
+    run: str
+    step: str
+    status: str
+    decision: str = ""
+    resolved_by: str = ""
+    resolved_at: float | None = None
+    resolved_events: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArtifactRead:
+    """An artifact a committed checkpoint references, read back from the store after the
+    drill: ``readable`` when it was there and its bytes matched ``digest``."""
+
+    run: str
+    checkpoint: int
+    digest: str
+    readable: bool
+    detail: str = ""
+
+
 @dataclass
 class History:
     #: workflow steps in order, and the effects each run must have applied (effect names).
@@ -130,6 +187,19 @@ class History:
     ledger: list[LedgerEffect] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    #: Other workflows' steps and effects, by the name a :class:`Submission` gives.
+    workflows: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    resolutions: list[Resolution] = field(default_factory=list)
+    interrupts: list[InterruptRecord] = field(default_factory=list)
+    artifacts: list[ArtifactRead] = field(default_factory=list)
+
+    def plan_of(self, run: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The steps and the effects of ``run``'s workflow."""
+        workflow = self._workflow_of().get(run, "")
+        return self.workflows.get(workflow, (self.steps, self.effects))
+
+    def _workflow_of(self) -> dict[str, str]:
+        return {s.run: s.workflow for s in self.submissions}
 
 
 @dataclass(frozen=True)
@@ -147,19 +217,26 @@ class Report:
     counts: dict[str, int]
     #: fault name -> seconds from its heal until the faulted host claimed or committed again.
     host_recovery: dict[str, float] = field(default_factory=dict)
+    #: fault name -> seconds from each resolution sent under it to the commit of the step it
+    #: resumed.
+    resume: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     def recovery_summary(self) -> dict[str, float]:
-        return _summary(list(self.recovery.values()))
+        return summary(list(self.recovery.values()))
 
     def host_recovery_summary(self) -> dict[str, float]:
-        return _summary(list(self.host_recovery.values()))
+        return summary(list(self.host_recovery.values()))
+
+    def resume_summary(self) -> dict[str, float]:
+        """p50/max over every resolution's resolution-to-resume time."""
+        return summary([s for seconds in self.resume.values() for s in seconds])
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     return {"p50": statistics.median(values), "max": max(values)}
@@ -200,6 +277,13 @@ def check(history: History, *, recovery_bound: float = 120.0) -> Report:
     found += _check_steps(history, commits, outcomes)
     found += _check_chunks(history, commits, outcomes)
     found += _check_effects(history, outcomes)
+    interrupt_violations, resume = _check_interrupts(history, commits)
+    found += interrupt_violations
+    found += [
+        Violation("artifact_unreadable", f"{a.run}@{a.checkpoint}", f"{a.digest}: {a.detail}")
+        for a in history.artifacts
+        if not a.readable
+    ]
     recovery = _recovery(history, commits, outcomes)
     found += [
         Violation("slow_recovery", name, f"{seconds:.1f}s > {recovery_bound}s")
@@ -222,8 +306,12 @@ def check(history: History, *, recovery_bound: float = 120.0) -> Report:
         "chunks": len(history.chunks),
         "target_requests": len(history.target),
         "faults": len(history.faults),
+        "interrupts": len(history.interrupts),
+        "resolve_requests": len(history.resolutions),
+        "resolve_409": sum(r.status == 409 for r in history.resolutions),
+        "artifacts_read": len(history.artifacts),
     }
-    return Report(found, recovery, counts, host_recovery)
+    return Report(found, recovery, counts, host_recovery, resume)
 
 
 def _check_fencing(
@@ -264,7 +352,8 @@ def _check_steps(
         if len(set(steps)) != len(steps):
             found.append(Violation("step_twice", run, f"steps {steps}"))
         status = outcomes[run].status if run in outcomes else ""
-        expected = history.steps if status == "succeeded" else history.steps[: len(steps)]
+        plan = history.plan_of(run)[0]
+        expected = plan if status == "succeeded" else plan[: len(steps)]
         if steps != expected:
             found.append(Violation("lost_step", run, f"committed {steps}, expected {expected}"))
     return found
@@ -306,12 +395,86 @@ def _check_effects(history: History, outcomes: dict[str, Outcome]) -> list[Viola
     for run, outcome in outcomes.items():
         if outcome.status != "succeeded":
             continue
-        for effect in history.effects:
+        for effect in history.plan_of(run)[1]:
             if per_run[run][effect] != 1:
                 found.append(
                     Violation("effect_missing", run, f"{effect} applied {per_run[run][effect]}x")
                 )
     return found
+
+
+def _check_interrupts(
+    history: History, commits: dict[str, list[Commit]]
+) -> tuple[list[Violation], dict[str, list[float]]]:
+    """The interrupt rules of the module docstring, and the resolution-to-resume times."""
+    found = []
+    resume: dict[str, list[float]] = defaultdict(list)
+    records = {i.id: i for i in history.interrupts}
+    requests = _by_run(history.resolutions, lambda r: r.interrupt)
+    for interrupt in sorted({*records, *requests}):
+        sent = sorted(requests.get(interrupt, []), key=lambda r: r.at)
+        accepted = [r for r in sent if 200 <= r.status < 300]
+        if len(accepted) > 1:
+            found.append(
+                Violation("resolved_twice", interrupt, f"{len(accepted)} resolve requests "
+                          f"accepted: {[r.decision for r in accepted]}")
+            )  # fmt: skip
+        if accepted:
+            later = [r for r in sent if r.at > accepted[0].at and not 200 <= r.status < 300]
+            found += [
+                Violation("second_resolve", interrupt, f"a later {r.decision!r} got {r.status}")
+                for r in later
+                if r.status != 409
+            ]
+        record = records.get(interrupt)
+        if record is None or record.status == "pending":
+            if accepted:
+                found.append(
+                    Violation("lost_resolution", interrupt, f"accepted ({accepted[0].decision}) "
+                              f"but {record.status if record else 'missing'} in the database")
+                )  # fmt: skip
+            elif record is not None:
+                found.append(Violation("unresolved_interrupt", interrupt, f"run {record.run}"))
+            continue
+        if record.status != "resolved":
+            continue  # expired: the drill resolves well before any timeout (none is declared)
+        if accepted and record.decision != accepted[0].decision:
+            found.append(
+                Violation("decision_changed", interrupt, f"accepted {accepted[0].decision!r}, "
+                          f"the database holds {record.decision!r}")
+            )  # fmt: skip
+        if not record.resolved_events:
+            found.append(Violation("lost_resolution", interrupt, "no interrupt.resolved event"))
+            continue
+        if len(record.resolved_events) > 1:
+            found.append(
+                Violation("resumed_twice", interrupt, f"interrupt.resolved events at "
+                          f"{list(record.resolved_events)}")
+            )  # fmt: skip
+        event = min(record.resolved_events)
+        of_step = [c for c in commits.get(record.run, []) if c.step == record.step]
+        early = [c for c in of_step if c.seq < event]
+        after = [c for c in of_step if c.seq > event]
+        if early:
+            found.append(
+                Violation("resumed_before_decision", interrupt, f"{record.step} committed at "
+                          f"event {early[0].seq}, the decision is event {event}")
+            )  # fmt: skip
+        if not after:
+            found.append(
+                Violation("lost_resolution", interrupt, f"{record.run} never committed "
+                          f"{record.step} after the decision")
+            )  # fmt: skip
+            continue
+        if len(after) > 1:
+            found.append(
+                Violation("resumed_twice", interrupt, f"{record.step} committed {len(after)}x")
+            )
+        if record.resolved_at is not None:
+            fault = accepted[0].fault if accepted else (sent[0].fault if sent else "")
+            first = min(after, key=lambda c: c.seq)
+            resume[fault].append(max(0.0, first.at - record.resolved_at))
+    return found, dict(resume)
 
 
 def _recovery(

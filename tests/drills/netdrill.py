@@ -9,12 +9,16 @@ of the bed), three hosts (``tests/drills/netbed.py``): ``w1`` and ``w2`` run ``m
 run_worker``, ``w3`` a Celery worker; each reaches PostgreSQL, Redis and S3 only through the
 fault relay on its gateway, and the effect target there directly.
 
-Each fault: submit a batch of ``net_effects`` runs over the API, wait until the faulted host
-holds one, inject the fault for a bounded time, heal it, wait for every run of the batch to
-finish. After the last fault the history is read from the database and the target and judged
-by ``tests/drills/history.py``. Prints one JSON document (runs, faults, violations, recovery
-times); exit status 0 when nothing was violated, 1 when something was, 77 when the machine
-cannot run the bed (not root, no nftables).
+Each fault: submit a batch of runs over the API (``net_effects``; ``net_approval`` for the
+interrupt faults, ``net_artifacts`` for the S3 ones), wait until the faulted host holds one,
+inject the fault for a bounded time, heal it, wait for every run of the batch to finish. The
+approval runs all wait for a person first: the drill's operator (in the root namespace, over the
+API, as a person would) resolves them one by one until the faulted host holds a resumed one,
+then the rest while the fault is on, and asks once more for each with another decision (a 409).
+After the last fault the history is read from the database, the target and S3 and judged by
+``tests/drills/history.py``. Prints one JSON document (runs, faults, violations, recovery
+times, resolution-to-resume times); exit status 0 when nothing was violated, 1 when
+something was, 77 when the machine cannot run the bed (not root, no nftables).
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class FaultSpec:
     seconds: float
     inject: Callable[[], None]
     heal: Callable[[], None]
+    #: The batch's workflow: ``net_effects``, ``net_approval`` or ``net_artifacts``.
+    workflow: str = "net_effects"
 
 
 class Drill:
@@ -73,10 +79,15 @@ class Drill:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.submissions: list[hist.Submission] = []
         self.faults: list[hist.Fault] = []
+        self.resolutions: list[hist.Resolution] = []
         self.log: list[str] = []
         self.restarts: Counter[str] = Counter()
         #: fault name -> most runtime sessions seen idle in a transaction for over a lease
         self.stale: dict[str, int] = {}
+        #: fault name -> seconds from the heal until every run of its batch finished
+        self.batch_done: dict[str, float] = {}
+        #: fault name -> its batch's step retries for an unavailable artifact store
+        self.storage_retries: dict[str, int] = {}
         self.stopping = threading.Event()
 
     def note(self, text: str) -> None:
@@ -199,6 +210,7 @@ class Drill:
 
     def faults_for(self, *, short: bool, seconds: float) -> list[FaultSpec]:
         bed, proxy, pg, redis = self.bed, self.proxy, self.ports["pg"], self.ports["redis"]
+        s3 = self.ports["s3"]
 
         def flap(host: str) -> Callable[[], None]:
             def inject() -> None:
@@ -225,12 +237,19 @@ class Drill:
             return (lambda: proxy.set(name, **fault)), (lambda: proxy.set(name))
 
         def spec(name: str, host: str, how: tuple[Callable[[], None], ...], **kw: Any) -> FaultSpec:
-            return FaultSpec(name, host, kw.get("seconds", seconds), how[0], how[1])
+            return FaultSpec(
+                name, host, kw.get("seconds", seconds), how[0], how[1],
+                kw.get("workflow", "net_effects"),
+            )  # fmt: skip
+
+        approval, artifacts = {"workflow": "net_approval"}, {"workflow": "net_artifacts"}
 
         specs = [
             spec("pg-partition", "w1", cut("w1", pg)),
             spec("pg-blackhole", "w2", relay("w2/pg", mode="blackhole")),
             spec("pg-latency-200-2000ms", "w3", relay("w3/pg", latency=(0.2, 2.0))),
+            spec("approval-pg-partition", "w1", cut("w1", pg), **approval),
+            spec("s3-partition", "w2", cut("w2", s3), **artifacts),
         ]
         if short:
             return specs
@@ -247,6 +266,18 @@ class Drill:
             spec("redis-blackhole", "w3", relay("w3/redis", mode="blackhole")),
             spec("pg-partition-40s", "w2", cut("w2", pg), seconds=40.0),
             spec("pg-blackhole-40s", "w1", relay("w1/pg", mode="blackhole"), seconds=40.0),
+            spec("approval-pg-blackhole", "w2", relay("w2/pg", mode="blackhole"), **approval),
+            spec("approval-redis-partition", "w3", cut("w3", redis), **approval),
+            spec("s3-blackhole", "w2", relay("w2/s3", mode="blackhole"), **artifacts),
+            spec("s3-latency-200-2000ms", "w3", relay("w3/s3", latency=(0.2, 2.0)), **artifacts),
+            spec("s3-reset", "w1", relay("w1/s3", mode="reset"), **artifacts),
+            spec(
+                "s3-blackhole-40s",
+                "w3",
+                relay("w3/s3", mode="blackhole"),
+                seconds=40.0,
+                **artifacts,
+            ),
         ]
 
     def held_by(self, host: str, run_ids: list[str]) -> list[str]:
@@ -258,17 +289,19 @@ class Drill:
         )
         return [run for run, owner in rows if host_of(owner) == host]
 
-    def submit(self, count: int) -> list[str]:
+    def submit(self, count: int, workflow: str = "net_effects") -> list[str]:
         ids = []
         for _ in range(count):
-            run = self.profile.start_run(
-                "net_effects", {"step_seconds": self.step_seconds, "hold": 0.3}
-            )
+            run = self.profile.start_run(workflow, {"step_seconds": self.step_seconds, "hold": 0.3})
             ids.append(run["id"])
-            self.submissions.append(hist.Submission(run["id"], time.time()))
+            self.submissions.append(hist.Submission(run["id"], time.time(), workflow))
         return ids
 
-    def wait_terminal(self, run_ids: list[str], timeout: float) -> dict[str, int]:
+    def wait_terminal(
+        self, run_ids: list[str], timeout: float, *, resolve: str = ""
+    ) -> dict[str, int]:
+        """Wait until every run of ``run_ids`` finished (bounded); with ``resolve`` (a fault's
+        name) the operator resolves what still waits (a resolve that got no answer)."""
         deadline = time.monotonic() + timeout
         while True:
             counts = dict(self.profile.statuses(run_ids))
@@ -276,28 +309,104 @@ class Drill:
                 return counts
             if time.monotonic() > deadline:
                 return counts
+            if resolve and counts.get("waiting"):
+                for interrupt in self.pending(run_ids):
+                    self.resolve(interrupt, resolve, "after")
             time.sleep(0.5)
 
+    # --- the operator (interrupts) ---------------------------------------------------------
+
+    def pending(self, run_ids: list[str]) -> list[dict[str, Any]]:
+        """The pending interrupts of ``run_ids``, as the API lists them."""
+        status, page = self.profile.request("GET", "/api/v1/interrupts/?state=pending&limit=200")
+        if status != 200:
+            return []
+        wanted = set(run_ids)
+        return [i for i in page.get("results", []) if i["run"] in wanted]
+
+    def resolve(self, interrupt: dict[str, Any], fault: str, phase: str) -> None:
+        """Approve ``interrupt`` over the API, then ask again with another decision (which must
+        be a 409): both requests, who decided and their HTTP statuses go into the history."""
+        for decision in ("approve", "reject"):
+            status, body = self.profile.request(
+                "POST",
+                f"/api/v1/interrupts/{interrupt['id']}/resolve/",
+                {
+                    "decision": decision,
+                    "reason": f"drill operator ({fault}, {phase})",
+                    "request_digest": interrupt["request_digest"],
+                },
+            )
+            by = str(body.get("resolved_by", "")) if status == 200 and body else ""
+            self.resolutions.append(
+                hist.Resolution(
+                    interrupt["id"], interrupt["run"], decision, status, time.time(), by,
+                    fault, phase,
+                )
+            )  # fmt: skip
+
+    def all_pending(self, run_ids: list[str], timeout: float) -> list[dict[str, Any]]:
+        """Wait until every run of ``run_ids`` waits for its interrupt (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = self.pending(run_ids)
+            if len(pending) >= len(run_ids) or time.monotonic() > deadline:
+                return pending
+            time.sleep(0.3)
+
+    # --- one fault -------------------------------------------------------------------------
+
     def run_fault(self, spec: FaultSpec, batch: int) -> None:
-        run_ids = self.submit(batch)
+        run_ids = self.submit(batch, spec.workflow)
+        queue: list[dict[str, Any]] = []
         deadline = time.monotonic() + 60
         held: list[str] = []
+        if spec.workflow == "net_approval":
+            queue = self.all_pending(run_ids, 60)
+            # resolve one at a time until the faulted host holds a resumed run
+            while queue and not held and time.monotonic() < deadline:
+                self.resolve(queue.pop(0), spec.name, "before")
+                wait = time.monotonic() + 1.0
+                while not held and time.monotonic() < wait:
+                    held = self.held_by(spec.host, run_ids)
+                    time.sleep(0.1)
         while time.monotonic() < deadline and not held:
             held = self.held_by(spec.host, run_ids)
-            time.sleep(0.1)
+            if not held:
+                time.sleep(0.1)
+        # The fault's start comes before the last look at what the host holds: a run it holds
+        # then commits its next step after the start (a run that finished in between would
+        # otherwise count as caught and never moving again).
         started = time.time()
+        held = self.held_by(spec.host, run_ids)
         self.note(f"{spec.name} on {spec.host} for {spec.seconds or 'flap'}s (holds {len(held)})")
         spec.inject()
         stale = 0
-        until = time.monotonic() + spec.seconds
+        began = time.monotonic()
+        until = began + spec.seconds
+        total = len(queue)
+        every = spec.seconds / (total + 1)
         while time.monotonic() < until:
             stale = max(stale, self.stale_sessions())
-            time.sleep(min(0.5, max(0.0, until - time.monotonic())))
+            # the rest of the interrupts, spread over the fault
+            while queue and time.monotonic() >= began + every * (total - len(queue) + 1):
+                self.resolve(queue.pop(0), spec.name, "during")
+            time.sleep(min(0.2, max(0.0, until - time.monotonic())))
         self.stale[spec.name] = stale
         spec.heal()
         healed = time.time()
         self.faults.append(hist.Fault(spec.name, spec.host, started, healed, tuple(held)))
-        counts = self.wait_terminal(run_ids, WAIT)
+        for interrupt in queue:
+            self.resolve(interrupt, spec.name, "after")
+        counts = self.wait_terminal(run_ids, WAIT, resolve=spec.name)
+        self.batch_done[spec.name] = time.time() - healed
+        self.storage_retries[spec.name] = int(
+            self.profile.sql(
+                "SELECT count(*) FROM runs_app_runevent WHERE run_id = ANY(%s::uuid[])"
+                " AND type = 'step.retry_scheduled' AND data->>'code' = 'storage_unavailable'",
+                run_ids,
+            )[0][0]
+        )
         self.note(f"{spec.name} healed; batch {counts} after {time.time() - healed:.1f}s")
         # The faulted host must work again: when the batch ran out before it claimed anything
         # after the heal, small probe batches give it something to claim (bounded).
@@ -340,7 +449,28 @@ class Drill:
             host_of=host_of,
             submissions=list(self.submissions),
             faults=list(self.faults),
+            workflows={
+                "net_approval": (net_workflows.APPROVAL_STEPS, ()),
+                "net_artifacts": (net_workflows.ARTIFACT_STEPS, ()),
+            },
+            resolutions=list(self.resolutions),
         )
+        for iid, run, step, status, decision, by, at, events in sql(
+            "SELECT i.id::text, i.run_id::text, i.step, i.status, i.decision, i.resolved_by,"
+            " extract(epoch FROM i.resolved_at),"
+            " array_remove(array_agg(e.seq ORDER BY e.seq), NULL)"
+            " FROM runs_app_interrupt i LEFT JOIN runs_app_runevent e ON e.run_id = i.run_id"
+            "  AND e.type = 'interrupt.resolved' AND e.data->>'interrupt' = i.id::text"
+            " WHERE i.run_id = ANY(%s::uuid[]) GROUP BY i.id",
+            runs,
+        ):
+            history.interrupts.append(
+                hist.InterruptRecord(
+                    iid, run, step, status, decision, by,
+                    None if at is None else float(at), tuple(events),
+                )
+            )  # fmt: skip
+        history.artifacts += self.artifact_reads(runs)
         for run, seq, token, worker, at in sql(
             "SELECT run_id::text, seq, (data->>'token')::bigint, data->>'worker',"
             " extract(epoch FROM created_at) FROM runs_app_runevent"
@@ -363,13 +493,7 @@ class Drill:
             runs,
         ):
             history.outcomes.append(hist.Outcome(run, status, session, reason))
-        sessions = [o.session for o in history.outcomes if o.session]
-        for session, seq, text in sql(
-            "SELECT session_id::text, seq, content->>'text' FROM sessions_app_chunk"
-            " WHERE session_id = ANY(%s::uuid[])",
-            sessions,
-        ):
-            history.chunks.append(hist.Chunk(session, seq, text or ""))
+        history.chunks += self.logical_chunks([o.session for o in history.outcomes if o.session])
         for run, key, idem, klass, status in sql(
             "SELECT run_id::text, key, idempotency_key, effect_class, status"
             " FROM effects_app_effectrecord WHERE run_id = ANY(%s::uuid[])",
@@ -382,6 +506,90 @@ class Drill:
             )
         return history
 
+    def logical_chunks(self, sessions: list[str]) -> list[hist.Chunk]:
+        """Each session's logical chunk log: a session stores only its own chunks, at positions
+        ``[base_len, base_len + own_len)``, after its base's first ``base_len`` (recursively; a
+        run's next attempt after an abandoned one continues on such a fork)."""
+        links: dict[str, tuple[str, int, int]] = {}
+        frontier = set(sessions)
+        while frontier:
+            for session, base, base_len, own_len in self.profile.sql(
+                "SELECT id::text, coalesce(base_id::text, ''), base_len, own_len"
+                " FROM sessions_app_session WHERE id = ANY(%s::uuid[])",
+                list(frontier),
+            ):
+                links[session] = (base, int(base_len), int(own_len))
+            frontier = {base for base, _, _ in links.values() if base and base not in links}
+        own: dict[str, dict[int, str]] = {}
+        for session, seq, text in self.profile.sql(
+            "SELECT session_id::text, seq, content->>'text' FROM sessions_app_chunk"
+            " WHERE session_id = ANY(%s::uuid[])",
+            list(links),
+        ):
+            own.setdefault(session, {})[int(seq)] = text or ""
+        chunks = []
+        for session in sessions:
+            pieces: list[list[hist.Chunk]] = []
+            link, cap = session, None
+            while link in links:
+                base, base_len, own_len = links[link]
+                stop = base_len + own_len if cap is None else min(cap, base_len + own_len)
+                held = own.get(link, {})
+                pieces.append(
+                    [hist.Chunk(session, q, held[q]) for q in sorted(held) if base_len <= q < stop]
+                )
+                cap, link = min(stop, base_len), base
+            for piece in reversed(pieces):
+                chunks += piece
+        return chunks
+
+    def artifact_reads(self, runs: list[str]) -> list[hist.ArtifactRead]:
+        """Every artifact a committed checkpoint of ``runs`` references, read back from S3 (in
+        the root namespace, past the relays) and checked against its digest."""
+        import hashlib
+
+        import boto3
+        from botocore.config import Config
+
+        env = self.profile_env()
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{self.s3_port}",
+            aws_access_key_id=env["S3_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["S3_SECRET_ACCESS_KEY"],
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"),
+        )
+        bucket = env.get("S3_BUCKET", "openrath")
+        checked: dict[str, tuple[bool, str]] = {}
+        reads = []
+        for run, seq, state, tenant in self.profile.sql(
+            "SELECT c.run_id::text, c.seq, c.state, r.tenant_id::text FROM runs_app_checkpoint c"
+            " JOIN runs_app_run r ON r.id = c.run_id WHERE c.run_id = ANY(%s::uuid[])",
+            runs,
+        ):
+            for digest in artifact_digests(state):
+                key = f"artifacts/{tenant}/{digest[:2]}/{digest}"
+                if key not in checked:
+                    try:
+                        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    except Exception as exc:
+                        checked[key] = (False, f"{type(exc).__name__}: {exc}"[:200])
+                    else:
+                        actual = hashlib.sha256(body).hexdigest()
+                        checked[key] = (actual == digest, "" if actual == digest else actual)
+                readable, detail = checked[key]
+                reads.append(hist.ArtifactRead(run, seq, digest, readable, detail))
+        return reads
+
+    def profile_env(self) -> dict[str, str]:
+        env = {}
+        for line in (self.profile.run_dir / "env").read_text().splitlines():
+            if line.startswith("export "):
+                key, _, value = line[len("export ") :].partition("=")
+                env[key] = value.strip("'")
+        return env
+
     def alive(self) -> dict[str, bool]:
         return {name: process.poll() is None for name, process in self.workers.items()}
 
@@ -392,6 +600,41 @@ class Drill:
             with contextlib.suppress(OSError):
                 tails[name] = path.read_text(errors="replace")[-3000:]
         return tails
+
+
+def longest_stall(history: hist.History, fault: hist.Fault) -> float:
+    """The longest a run the fault caught went without a claim or a step commit, from the
+    fault's start on (a step stuck on a hung connection shows here even when the run then
+    finished on the same host)."""
+    longest = 0.0
+    for run in fault.runs:
+        times = sorted(
+            [fault.started]
+            + [c.at for c in history.claims if c.run == run and c.at > fault.started]
+            + [c.at for c in history.commits if c.run == run and c.at > fault.started]
+        )
+        longest = max([longest, *(b - a for a, b in zip(times, times[1:], strict=False))])
+    return longest
+
+
+def artifact_digests(value: Any) -> list[str]:
+    """The digests of every artifact reference in a stored state (or state delta): a value's
+    ``{"$artifact": {"digest": ...}}`` and a long list's sealed blocks."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        inner = value.get("$artifact")
+        if len(value) == 1 and isinstance(inner, dict):
+            if isinstance(inner.get("digest"), str):
+                found.append(inner["digest"])
+            for block in inner.get("blocks") or []:
+                if isinstance(block, dict) and isinstance(block.get("digest"), str):
+                    found.append(block["digest"])
+        for item in value.values():
+            found += artifact_digests(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += artifact_digests(item)
+    return found
 
 
 def run(
@@ -428,7 +671,12 @@ def run(
         "lease_seconds": lease,
         "database_tcp": {
             key: os.environ.get(key, "default")
-            for key in ("DATABASE_TCP_USER_TIMEOUT_MS", "DATABASE_KEEPALIVES_IDLE")
+            for key in (
+                "DATABASE_TCP_USER_TIMEOUT_MS",
+                "DATABASE_KEEPALIVES_IDLE",
+                "S3_READ_TIMEOUT",
+                "S3_MAX_ATTEMPTS",
+            )
         }
         | {
             "DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS": os.environ.get(
@@ -446,11 +694,20 @@ def run(
                 "recovery_seconds": round(report.recovery.get(f.name, 0.0), 2),
                 "host_back_seconds": round(report.host_recovery.get(f.name, 0.0), 2),
                 "stale_sessions": drill.stale.get(f.name, 0),
+                "batch_done_seconds": round(drill.batch_done.get(f.name, 0.0), 1),
+                "longest_stall_seconds": round(longest_stall(history, f), 1),
+                "storage_retries": drill.storage_retries.get(f.name, 0),
+                "workflow": next((s.workflow for s in specs if s.name == f.name), "net_effects"),
+                "resolution_to_resume": {
+                    k: round(v, 2) for k, v in hist.summary(report.resume.get(f.name, [])).items()
+                },
             }
             for f in history.faults
         ],
         "recovery": {k: round(v, 2) for k, v in report.recovery_summary().items()},
         "host_back": {k: round(v, 2) for k, v in report.host_recovery_summary().items()},
+        "resolution_to_resume": {k: round(v, 2) for k, v in report.resume_summary().items()},
+        "resolutions": dict(Counter(str(r.status) for r in history.resolutions)),
         "violations": [asdict(v) for v in report.violations],
         "workers_alive": alive,
         "worker_restarts": dict(drill.restarts),
@@ -460,12 +717,16 @@ def run(
     }
 
 
+def _p50_max(summary: dict[str, float]) -> str:
+    return f"{summary['p50']} / {summary['max']}" if summary else "—"
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """The RESULTS.md section: the totals, then one row per fault."""
     counts = results["counts"]
     lines = [
         f"Drill: {results['seconds']} s, leases {results['lease_seconds']} s, "
-        f"database TCP settings {results['database_tcp']}.",
+        f"client network settings {results['database_tcp']}.",
         "",
         f"- runs {counts['runs']}: succeeded {counts['succeeded']}, needs_review "
         f"{counts['needs_review']} (each with its non-idempotent effect in review)",
@@ -476,14 +737,21 @@ def results_markdown(results: dict[str, Any]) -> str:
         f"(restarted) {results['worker_restarts'] or 0}",
         f"- runs caught by a fault moving again after the heal: {results['recovery']} s; the "
         f"faulted host working again: {results['host_back']} s",
+        f"- interrupts {counts['interrupts']}, resolve requests {counts['resolve_requests']} "
+        f"(by HTTP status {results['resolutions']}); resolution to the resumed step's commit "
+        f"{results['resolution_to_resume']} s; artifacts read back from S3 "
+        f"{counts['artifacts_read']}",
         "",
-        "| fault | host | seconds | runs caught | runs moved again (s after heal) "
-        "| host back (s after heal) | sessions idle in a transaction > lease |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| fault | host | workflow | seconds | runs caught | runs moved again (s after heal) "
+        "| host back (s after heal) | longest stall of a caught run (s) "
+        "| storage retries | resolution → resume (s) | sessions idle in a transaction > lease |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [
-        f"| `{f['name']}` | {f['host']} | {f['seconds']} | {f['runs_caught']} | "
-        f"{f['recovery_seconds']} | {f['host_back_seconds']} | {f['stale_sessions']} |"
+        f"| `{f['name']}` | {f['host']} | {f['workflow']} | {f['seconds']} | {f['runs_caught']} | "
+        f"{f['recovery_seconds']} | {f['host_back_seconds']} | {f['longest_stall_seconds']} | "
+        f"{f['storage_retries']} | {_p50_max(f['resolution_to_resume'])} | "
+        f"{f['stale_sessions']} |"
         for f in results["faults"]
     ]
     for violation in results["violations"]:
@@ -493,7 +761,7 @@ def results_markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="drill-net", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--short", action="store_true", help="three faults (the suite's version)")
+    parser.add_argument("--short", action="store_true", help="five faults (the suite's version)")
     parser.add_argument("--batch", type=int, default=24, help="runs submitted per fault")
     parser.add_argument("--fault-seconds", type=float, default=8.0)
     parser.add_argument("--lease-seconds", type=int, default=4)

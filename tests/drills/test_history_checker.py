@@ -219,3 +219,130 @@ def test_hosts_are_told_apart_by_the_callers_function() -> None:
     history.claims.append(h.Claim("r9", 1, 1, "celery:w1:1:2", 9.25))
     history.host_of = lambda worker: worker.split(":")[1]
     assert h.check(history).host_recovery == {"pg-partition": 0.25}
+
+
+# --- interrupts and artifacts ------------------------------------------------------------------
+
+APPROVAL = ("prepare", "approve", "finish")
+
+
+def with_approval(history: h.History | None = None, run: str = "a1") -> h.History:
+    """``run`` of an approval workflow: it asks at event 3, the operator approves it (200) and
+    asks again with another decision (409), the run is claimed again and commits ``approve``
+    1.5 s after the resolution, then ``finish``; ``approve`` wrote one artifact."""
+    history = clean() if history is None else history
+    history.workflows["net_approval"] = (APPROVAL, ())
+    session = f"s-{run}"
+    history.submissions.append(h.Submission(run, 0.0, "net_approval"))
+    history.claims += [h.Claim(run, 1, 1, "w1", 1.0), h.Claim(run, 5, 2, "w2", 6.0)]
+    history.commits += [
+        h.Commit(run, 2, 1, "prepare", 1, 2.0),
+        h.Commit(run, 6, 2, "approve", 2, 6.5),
+        h.Commit(run, 7, 3, "finish", 2, 7.0),
+    ]
+    history.chunks += [h.Chunk(session, i, text(s, run)) for i, s in enumerate(APPROVAL)]
+    history.outcomes.append(h.Outcome(run, "succeeded", session))
+    history.resolutions += [
+        h.Resolution(f"i-{run}", run, "approve", 200, 5.1, "token:drill", "pg-partition", "during"),
+        h.Resolution(f"i-{run}", run, "reject", 409, 5.2, "", "pg-partition", "during"),
+    ]
+    history.interrupts.append(
+        h.InterruptRecord(f"i-{run}", run, "approve", "resolved", "approve", "token:drill", 5.0,
+                          (4,))
+    )  # fmt: skip
+    history.artifacts.append(h.ArtifactRead(run, 2, "d" * 64, True))
+    return history
+
+
+def test_a_clean_history_with_an_interrupt_reports_its_resume_time() -> None:
+    report = h.check(with_approval())
+    assert report.violations == []
+    assert report.resume == {"pg-partition": [1.5]}
+    assert report.resume_summary() == {"p50": 1.5, "max": 1.5}
+    assert report.counts["interrupts"] == 1
+    assert report.counts["resolve_409"] == 1
+    assert report.counts["artifacts_read"] == 1
+
+
+def test_a_second_accepted_resolution_is_a_double_resolution() -> None:
+    history = with_approval()
+    history.resolutions[1] = dataclasses.replace(history.resolutions[1], status=200)
+    assert ("resolved_twice", "i-a1") in kinds(h.check(history))
+
+
+def test_a_second_resolve_must_be_a_conflict() -> None:
+    history = with_approval()
+    history.resolutions[1] = dataclasses.replace(history.resolutions[1], status=500)
+    assert kinds(h.check(history)) == [("second_resolve", "i-a1")]
+
+
+def test_a_second_resolved_event_is_a_second_resume() -> None:
+    history = with_approval()
+    history.interrupts[0] = dataclasses.replace(history.interrupts[0], resolved_events=(4, 8))
+    assert kinds(h.check(history)) == [("resumed_twice", "i-a1")]
+
+
+def test_the_interrupted_step_committed_twice_after_the_decision_is_found() -> None:
+    history = with_approval()
+    history.commits.append(h.Commit("a1", 8, 4, "approve", 2, 7.5))
+    assert ("resumed_twice", "i-a1") in kinds(h.check(history))
+
+
+def test_an_accepted_resolution_the_database_does_not_hold_is_lost() -> None:
+    history = with_approval()
+    history.interrupts[0] = dataclasses.replace(
+        history.interrupts[0], status="pending", decision="", resolved_events=()
+    )
+    assert ("lost_resolution", "i-a1") in kinds(h.check(history))
+
+
+def test_a_resolution_without_its_event_is_lost() -> None:
+    history = with_approval()
+    history.interrupts[0] = dataclasses.replace(history.interrupts[0], resolved_events=())
+    assert ("lost_resolution", "i-a1") in kinds(h.check(history))
+
+
+def test_a_resolution_the_run_never_resumed_from_is_lost() -> None:
+    history = with_approval()
+    history.commits = [c for c in history.commits if c.run != "a1" or c.step == "prepare"]
+    history.outcomes[-1] = dataclasses.replace(history.outcomes[-1], status="waiting")
+    found = kinds(h.check(history))
+    assert ("lost_resolution", "i-a1") in found
+    assert ("not_terminal", "a1") in found
+
+
+def test_a_decision_other_than_the_accepted_one_is_found() -> None:
+    history = with_approval()
+    history.interrupts[0] = dataclasses.replace(history.interrupts[0], decision="reject")
+    assert kinds(h.check(history)) == [("decision_changed", "i-a1")]
+
+
+def test_an_interrupt_left_pending_is_found() -> None:
+    history = with_approval()
+    history.resolutions = []
+    history.interrupts[0] = dataclasses.replace(
+        history.interrupts[0], status="pending", decision="", resolved_events=()
+    )
+    assert ("unresolved_interrupt", "i-a1") in kinds(h.check(history))
+
+
+def test_the_interrupted_step_committed_before_the_decision_is_found() -> None:
+    history = with_approval()
+    history.interrupts[0] = dataclasses.replace(history.interrupts[0], resolved_events=(7,))
+    assert ("resumed_before_decision", "i-a1") in kinds(h.check(history))
+
+
+def test_an_unreadable_artifact_is_found() -> None:
+    history = with_approval()
+    history.artifacts.append(h.ArtifactRead("a1", 3, "e" * 64, False, "NoSuchKey"))
+    assert kinds(h.check(history)) == [("artifact_unreadable", "a1@3")]
+
+
+def test_each_run_is_checked_against_its_own_workflow() -> None:
+    history = with_approval()
+    # a net_effects run with the approval workflow's steps is a lost step, and the other way
+    history.commits = [
+        dataclasses.replace(c, step="approve") if (c.run, c.step) == ("r1", "charge") else c
+        for c in history.commits
+    ]
+    assert ("lost_step", "r1") in kinds(h.check(history))

@@ -1,7 +1,9 @@
 """The short network fault drill (``deploy/bin/drill-net --short``): three worker hosts in
 network namespaces, PostgreSQL partitioned from one, black-holed for another, slowed by
-200-2,000 ms of jittered latency for the third, each healed after a bounded time; the history
-checker (``tests/drills/history.py``) must find nothing. The full set of faults is the command
+200-2,000 ms of jittered latency for the third, then one partitioned from PostgreSQL while the
+drill's operator resolves its runs' interrupts over the API, and one partitioned from S3 while
+its runs store large state values there, each healed after a bounded time; the history checker
+(``tests/drills/history.py``) must find nothing. The full set of faults is the command
 itself (docs/drills.md, "Network faults").
 
 Needs root, iproute2 and nftables (skipped with the reason otherwise; a failure under CI=true),
@@ -113,15 +115,22 @@ def test_the_short_network_drill_finds_no_violation(bed_ready, tmp_path) -> None
     assert results["leftovers"] == []
     assert result.returncode == 0, result.stderr[-3000:]
     counts = results["counts"]
-    assert counts["runs"] >= 18  # 6 per fault, and probes until the faulted host is back
+    assert counts["runs"] >= 30  # 6 per fault, and probes until the faulted host is back
     assert counts["succeeded"] + counts["needs_review"] == counts["runs"]
     assert counts["commits"] == counts["chunks"]
-    assert counts["faults"] == 3
+    assert counts["faults"] == 5
     assert [f["name"] for f in results["faults"]] == [
         "pg-partition",
         "pg-blackhole",
         "pg-latency-200-2000ms",
+        "approval-pg-partition",
+        "s3-partition",
     ]
+    # every approval run's interrupt resolved once over the API, the second resolve a 409
+    assert counts["interrupts"] == 6
+    assert results["resolutions"] == {"200": 6, "409": 6}
+    assert results["resolution_to_resume"]["max"] <= 120
+    assert counts["artifacts_read"] >= 6  # each net_artifacts run's document, read from S3
     assert all(results["workers_alive"].values()), results["worker_logs"]
     assert set(results["claims_by_host"]) == {"w1", "w2", "w3"}, results["claims_by_host"]
     assert sum(f["runs_caught"] for f in results["faults"]) > 0  # faults hit runs in flight
@@ -177,3 +186,42 @@ def test_the_production_profile_keeps_the_tuning_the_drills_measured() -> None:
     embedded = options(OPENRATH_PROFILE="embedded")
     assert "options" not in embedded
     assert embedded["tcp_user_timeout"] == 10000
+
+
+def test_the_production_s3_client_gives_up_on_a_hung_connection_within_a_lease() -> None:
+    """docs/operations.md "Network faults": the S3 client's defaults (a 10 s read timeout, 2
+    attempts in all) bound a storage call on a connection that hangs to about 26 s, under the
+    production lease (30 s), so the step fails, is retried and another host can take it."""
+    import os
+    import secrets
+    import sys
+
+    probe = (
+        "from django.conf import settings; import json; "
+        "c = settings.STORAGES['default']['OPTIONS']['client_config']; "
+        "print(json.dumps([c.connect_timeout, c.read_timeout, c.retries, "
+        "settings.OPENRATH_LEASE_SECONDS]))"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENRATH_", "S3_"))}
+    production = {
+        **base,
+        "OPENRATH_PROFILE": "production",
+        "DJANGO_SETTINGS_MODULE": "openrath_project.settings",
+        "SECRET_KEY": secrets.token_urlsafe(64),
+        "ALLOWED_HOSTS": "drill.invalid",
+        "DATABASE_URL": "postgres://app@127.0.0.1:5432/openrath",
+        "REDIS_URL": "redis://127.0.0.1:6379/0",
+        "S3_BUCKET": "openrath",
+        "S3_ENDPOINT_URL": "http://127.0.0.1:9",
+        "S3_ACCESS_KEY_ID": "drill",
+        "S3_SECRET_ACCESS_KEY": "drill",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {probe}"],
+        cwd=REPO, env=production, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    connect, read, retries, lease = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (connect, read) == (3.0, 10.0)
+    assert retries == {"total_max_attempts": 2, "mode": "standard"}
+    assert retries["total_max_attempts"] * (connect + read) < lease
