@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,6 +62,8 @@ def start_server(
         "DJANGO_SETTINGS_MODULE": "openrath_project.settings",
         "OPENRATH_RATE_LIMIT_BURST": "0",
         "LOG_LEVEL": "WARNING",
+        # The conformance world's webhook target (nothing listens there: each attempt fails).
+        "WEBHOOK_ALLOWED_CIDRS": WEBHOOK_CIDR,
     }
     env.pop("DATABASE_URL", None)
     manage(env, "migrate", "-v0")
@@ -336,6 +339,21 @@ def _api(base: str, token: str, method: str, path: str, body: Any = None) -> Any
     return json.loads(text) if is_json else text
 
 
+#: The one private address the fuzzed server may send webhooks to (a closed port on loopback).
+WEBHOOK_CIDR = "127.0.0.9/32"
+WEBHOOK_URL = "http://127.0.0.9:9/hook"
+WEBHOOK_EVENTS = ("run.succeeded", "run.failed", "run.waiting", "interrupt.created")
+ZERO_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _optional(base: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    """An object of the world that the walk can do without (``None`` when refused)."""
+    try:
+        return _api(base, token, method, path, body)
+    except urllib.error.HTTPError:
+        return None
+
+
 def conformance_world(base: str, token: str) -> dict[str, Any]:
     """A project, a session with chunks (and its fork), a run and a memory entry, made through
     the API: the ids :func:`conformance_walk` fills path parameters and bodies with."""
@@ -354,6 +372,14 @@ def conformance_world(base: str, token: str) -> dict[str, Any]:
         {"chunks": [{"role": "assistant", "kind": "message", "content": {"text": "hi"}}]},
     )
     other = _api(base, token, "POST", "/api/v1/sessions/", {"project": "fuzz", "title": "b"})
+    # Before the run, so its events enqueue deliveries (each attempt fails: nothing listens).
+    webhook = _optional(
+        base,
+        token,
+        "POST",
+        "/api/v1/webhooks/",
+        {"project": "fuzz", "url": WEBHOOK_URL, "event_types": list(WEBHOOK_EVENTS)},
+    )
     workflows = _api(base, token, "GET", "/api/v1/workflows/")["results"]
     names = [w["name"] for w in workflows]
     run = None
@@ -370,12 +396,38 @@ def conformance_world(base: str, token: str) -> dict[str, Any]:
         except urllib.error.HTTPError:
             continue
     export = _api(base, token, "GET", f"/api/v1/sessions/{session['id']}/export/")
+    workflow = run["workflow"] if run else "none"
+    schedule = _optional(
+        base,
+        token,
+        "POST",
+        "/api/v1/schedules/",
+        {
+            "project": "fuzz",
+            "workflow": workflow,
+            "kind": "interval",
+            "interval_seconds": 3600,
+            "paused": True,
+            "user_message": "conformance",
+        },
+    )
+    delivery = None
+    deadline = time.monotonic() + 60  # the embedded worker runs the run; a generous bound
+    while webhook is not None and run is not None and time.monotonic() < deadline:
+        page = _api(base, token, "GET", f"/api/v1/webhooks/{webhook['id']}/deliveries/")
+        if page["results"]:
+            delivery = page["results"][0]["id"]
+            break
+        time.sleep(0.5)
     return {
         "session": session["id"],
         "other": other["id"],
         "run": run["id"] if run else None,
-        "workflow": run["workflow"] if run else "none",
+        "workflow": workflow,
         "export": export,
+        "schedule": schedule["id"] if schedule else None,
+        "webhook": webhook["id"] if webhook else None,
+        "delivery": delivery,
     }
 
 
@@ -383,18 +435,22 @@ def _conformance_request(path: str, method: str, world: dict[str, Any]) -> dict[
     """A valid request for one operation: path parameters, query and body."""
     ids = {
         "/api/v1/sessions/": world["session"],
-        "/api/v1/runs/": world["run"] or "00000000-0000-0000-0000-000000000000",
+        "/api/v1/runs/": world["run"],
         "/api/v1/projects/": "fuzz",
         "/api/v1/workflows/": world["workflow"],
+        "/api/v1/schedules/": world.get("schedule"),
+        "/api/v1/webhooks/": world.get("webhook"),
     }
     params: dict[str, Any] = {}
     for prefix, value in ids.items():
         if path.startswith(prefix) and "{" in path:
-            params["id" if "{id}" in path else "name"] = value
-    if "{digest}" in path:
-        params["digest"] = "0" * 64
-    if "{id}" in path and "id" not in params:
-        params["id"] = "00000000-0000-0000-0000-000000000000"
+            params["id" if "{id}" in path else "name"] = value or ZERO_ID
+    # Every other path parameter, with a real object of its kind where the world has one: the
+    # run compared with itself (its own lineage), the subscription's delivery.
+    others = {"other": world["run"], "delivery_id": world.get("delivery"), "digest": "0" * 64}
+    for name in re.findall(r"\{([A-Za-z_]+)\}", path):
+        if name not in params:
+            params[name] = others.get(name) or ZERO_ID
     bodies: dict[tuple[str, str], Any] = {
         ("POST", "/api/v1/sessions/"): {"project": "fuzz", "user_message": "conformance"},
         ("POST", "/api/v1/sessions/{id}/chunks/"): {
@@ -411,6 +467,19 @@ def _conformance_request(path: str, method: str, world: dict[str, Any]) -> dict[
             "project": "fuzz",
             "workflow": world["workflow"],
             "user_message": "conformance",
+        },
+        ("POST", "/api/v1/schedules/"): {
+            "project": "fuzz",
+            "workflow": world["workflow"],
+            "kind": "interval",
+            "interval_seconds": 3600,
+            "paused": True,
+            "user_message": "conformance",
+        },
+        ("POST", "/api/v1/webhooks/"): {
+            "project": "fuzz",
+            "url": WEBHOOK_URL,
+            "event_types": ["run.failed"],
         },
         ("POST", "/api/v1/runs/{id}/cancel/"): {},
         ("POST", "/api/v1/runs/{id}/resume/"): {},
@@ -429,7 +498,7 @@ def _conformance_request(path: str, method: str, world: dict[str, Any]) -> dict[
     request: dict[str, Any] = {"path_parameters": params}
     if path.endswith("/stream/"):  # an event stream: what is committed, then the end
         request["query"] = {"follow": "false"}
-    if method == "POST":
+    if method in ("POST", "PATCH"):
         request["body"] = bodies.get((method, path), {})
         request["media_type"] = "application/json"
     return request
@@ -453,8 +522,9 @@ def conformance_walk(base: str, token: str) -> dict[str, Any]:
     schema = schemathesis.openapi.from_path(str(DOCUMENT))
     succeeded: list[str] = []
     failures: list[dict[str, Any]] = []
-    for result in schema.get_all_operations():
-        operation = result.ok()
+    operations = [result.ok() for result in schema.get_all_operations()]
+    # Deletes last: the operations after them still find the world's schedule and webhook.
+    for operation in sorted(operations, key=lambda op: op.method.upper() == "DELETE"):
         request = _conformance_request(operation.path, operation.method.upper(), world)
         case = operation.Case(**request)
         response = case.call(base_url=base, headers={"Authorization": f"Bearer {token}"})

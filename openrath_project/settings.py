@@ -96,6 +96,8 @@ INSTALLED_APPS = [
     "runs_app",
     "effects_app",
     "memory_app",
+    "schedules_app",
+    "webhooks_app",
     # The shell: process commands (serve, quickstart, run_worker, ...); wires the ports at ready.
     "openrath_project.server",
 ]
@@ -356,8 +358,8 @@ if S3_BUCKET:
 
     STORAGES["default"]["OPTIONS"]["client_config"] = s3_client_config(
         connect_timeout=env.float("S3_CONNECT_TIMEOUT", default=3.0),
-        read_timeout=env.float("S3_READ_TIMEOUT", default=30.0),
-        max_attempts=env.int("S3_MAX_ATTEMPTS", default=3),
+        read_timeout=env.float("S3_READ_TIMEOUT", default=10.0),
+        max_attempts=env.int("S3_MAX_ATTEMPTS", default=2),
     )
 #: Largest artifact (``openrath_project.artifacts``); 413 ``payload_too_large`` beyond it.
 OPENRATH_MAX_ARTIFACT_BYTES = env.int("OPENRATH_MAX_ARTIFACT_BYTES", default=64 * 1024 * 1024)
@@ -371,6 +373,29 @@ try:
     parse_cidrs(OPENRATH_METRICS_ALLOWED_CIDRS)
 except ValueError as _exc:
     raise ImproperlyConfigured(f"OPENRATH_METRICS_ALLOWED_CIDRS: {_exc}") from _exc
+
+# Webhooks (docs/operations.md, "Webhooks"): targets, retries, automatic disabling.
+from openrath_project.secretfiles import secret_value  # noqa: E402
+
+#: Key the signing secrets are encrypted with (or WEBHOOK_SECRET_KEY_FILE; empty: SECRET_KEY).
+WEBHOOK_SECRET_KEY = secret_value("WEBHOOK_SECRET_KEY", _ENVIRON)
+#: Allow loopback, private and link-local targets (development, or receivers inside the network).
+WEBHOOK_ALLOW_PRIVATE_TARGETS = env.bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", default=False)
+#: Networks allowed as targets even though they are not public (comma-separated CIDRs).
+WEBHOOK_ALLOWED_CIDRS = env.list("WEBHOOK_ALLOWED_CIDRS", default=[])
+try:
+    parse_cidrs(WEBHOOK_ALLOWED_CIDRS)
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"WEBHOOK_ALLOWED_CIDRS: {_exc}") from _exc
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=10)
+WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=30.0)
+WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=6 * 3600.0)
+WEBHOOK_DISABLE_AFTER_FAILURES = env.int("WEBHOOK_DISABLE_AFTER_FAILURES", default=20)
+WEBHOOK_DISABLE_AFTER_SECONDS = env.float("WEBHOOK_DISABLE_AFTER_SECONDS", default=24 * 3600.0)
+#: Deliveries one reconciler pass attempts at most, and the time it spends starting them.
+WEBHOOK_TICK_LIMIT = env.int("WEBHOOK_TICK_LIMIT", default=50)
+WEBHOOK_TICK_SECONDS = env.float("WEBHOOK_TICK_SECONDS", default=10.0)
 
 # --- Redis, Celery, Channels ------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -435,6 +460,10 @@ if REDIS_URL:
                         "max_connections": env.int(
                             "OPENRATH_CHANNELS_REDIS_MAX_CONNECTIONS", default=1000
                         ),
+                        # redis-py 8 reads with a 5 s socket timeout by default, the length of
+                        # channels_redis's blocking BZPOPMIN: an idle stream's receive timed out
+                        # and the socket closed after 5 s without a chunk (measured). Longer.
+                        "socket_timeout": env.float("OPENRATH_CHANNELS_REDIS_TIMEOUT", 15.0),
                     }
                 ],
                 "capacity": 1500,
@@ -494,6 +523,9 @@ SPECTACULAR_SETTINGS = {
         "InterruptKindEnum": "runs_app.models.INTERRUPT_KINDS",
         "InterruptDecisionEnum": "runs_app.models.DECISIONS",
         "RunStatusEnum": "runs_app.transitions.STATUSES",
+        "ScheduleKindEnum": "schedules_app.timing.KINDS",
+        "WebhookDeliveryStatusEnum": "webhooks_app.models.DELIVERY_STATUSES",
+        "WebhookEventTypeEnum": "webhooks_app.models.EVENT_TYPES",
     },
     "DISABLE_ERRORS_AND_WARNINGS": False,
     "POSTPROCESSING_HOOKS": [
@@ -510,6 +542,9 @@ OPENRATH_MAX_PAGE_SIZE = env.int("OPENRATH_MAX_PAGE_SIZE", default=200)
 #: Write rate limit per API token / console user: a token bucket (429 with Retry-After).
 OPENRATH_RATE_LIMIT_WRITES_PER_MINUTE = env.int("OPENRATH_RATE_LIMIT_WRITES_PER_MINUTE", 600)
 OPENRATH_RATE_LIMIT_BURST = env.int("OPENRATH_RATE_LIMIT_BURST", default=120)
+#: Seconds a process trusts a bearer token it validated (openrath_project/api/authentication.py):
+#: a revocation is refused everywhere within this bound; 0 checks the database on every request.
+OPENRATH_TOKEN_CACHE_SECONDS = env.float("OPENRATH_TOKEN_CACHE_SECONDS", default=5.0)
 #: Largest content of one chunk (413 beyond it).
 OPENRATH_MAX_CHUNK_BYTES = env.int("OPENRATH_MAX_CHUNK_BYTES", default=256 * 1024)
 

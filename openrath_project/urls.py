@@ -18,10 +18,15 @@ from openrath_project import health, metrics_view
 from openrath_project.console import views as console_views
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+from runs_app.api.compare import RunCompareView
+from runs_app.api.forks import RunForkListView, RunForkView
+from runs_app.api.replay import RunReplayView
 from runs_app.api.sse import RunEventStreamView
 from runs_app.api.views import InterruptViewSet, RunViewSet, WorkflowViewSet
+from schedules_app.api.views import ScheduleViewSet
 from sessions_app.api.sse import SessionEventStreamView
 from sessions_app.api.views import SessionViewSet
+from webhooks_app.api.views import WebhookViewSet
 
 router = SimpleRouter()
 router.register("projects", ProjectViewSet, basename="project")
@@ -32,6 +37,8 @@ router.register("interrupts", InterruptViewSet, basename="interrupt")
 router.register("effects", EffectViewSet, basename="effect")
 router.register("audit", AuditViewSet, basename="audit")
 router.register("memory", MemoryViewSet, basename="memory")
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("webhooks", WebhookViewSet, basename="webhook")
 
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -39,6 +46,10 @@ api_v1 = [
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     # Server-Sent Events (docs/streaming.md): the WebSocket streams' items over plain HTTP.
     path("runs/<uuid:pk>/stream/", RunEventStreamView.as_view(), name="run-stream"),
+    path("runs/<uuid:pk>/compare/<uuid:other>/", RunCompareView.as_view(), name="run-compare"),
+    path("runs/<uuid:pk>/fork/", RunForkView.as_view(), name="run-fork"),
+    path("runs/<uuid:pk>/forks/", RunForkListView.as_view(), name="run-forks"),
+    path("runs/<uuid:pk>/replay/", RunReplayView.as_view(), name="run-replay"),
     path(
         "sessions/<uuid:pk>/stream/",
         SessionEventStreamView.as_view(),

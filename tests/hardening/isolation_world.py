@@ -36,8 +36,12 @@ from openrath_project.tenancy.services import audit_record, token_create, token_
 from runs_app import reconciler
 from runs_app import services as run_services
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Checkpoint, Interrupt, Run, RunEvent, WorkflowPlan
+from runs_app.models import Checkpoint, Interrupt, Run, RunEvent, RunFork, WorkflowPlan
 from runs_app.registry import WorkflowRegistry
+from runs_app.replay import replay_run
+from runs_app.services.forks import run_fork
+from schedules_app import services as schedule_services
+from schedules_app.models import Schedule, ScheduleFire
 from sessions_app import services as session_services
 from sessions_app import transfer
 from sessions_app.chunk_rules import make_draft
@@ -45,13 +49,23 @@ from sessions_app.models import Chunk, LineageEdge, Session
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.runs_app.conftest import drive
 from tests.runs_app.workflows import durable
+from webhooks_app import services as webhook_services
+from webhooks_app.models import WebhookAttempt, WebhookDelivery, WebhookSubscription
 
 #: Text only tenant A's objects hold: none of it may reach another principal.
 SECRET = "A-SECRET"
 #: Over the 64 KiB inline limit: the run keeps this state value as an artifact.
 LARGE = "L" * (70 * 1024)
 #: The apps whose model permissions admin staff get in the sweep (as tests/console do).
-ADMIN_APPS = ("tenancy", "sessions_app", "runs_app", "effects_app", "memory_app")
+ADMIN_APPS = (
+    "tenancy",
+    "sessions_app",
+    "runs_app",
+    "effects_app",
+    "memory_app",
+    "schedules_app",
+    "webhooks_app",
+)
 
 
 @dataclass
@@ -77,6 +91,15 @@ class World:
     audit: AuditEvent
     users: dict[str, Any]
     export_jsonl: str
+    #: A finished run, its fork (driven to its end) and its replay.
+    done_run: Run
+    run_fork: Run
+    replay: Run
+    schedule: Schedule
+    fire: ScheduleFire
+    webhook: WebhookSubscription
+    delivery: WebhookDelivery
+    attempt: WebhookAttempt
     #: Placeholders of paths and bodies (``{session}``) -> their value.
     ids: dict[str, str] = field(default_factory=dict)
 
@@ -104,6 +127,14 @@ class World:
             self.run_digest,
             str(self.memory.id),
             self.token.prefix,
+            str(self.done_run.id),
+            str(self.run_fork.id),
+            str(self.replay.id),
+            str(self.schedule.id),
+            str(self.fire.id),
+            str(self.webhook.id),
+            str(self.delivery.id),
+            self.delivery.webhook_id,
             *(u.username for u in self.users.values()),
         ]
         return [v for v in values if v and v not in known]
@@ -140,7 +171,9 @@ def build_world(
     foreign_project: Project,
 ) -> World:
     """Tenant A's objects: a session with chunks (one an artifact), its fork, a run waiting on
-    its approval, a run stopped on an ambiguous effect, a memory entry, audit rows, a token."""
+    its approval, a run stopped on an ambiguous effect, a finished run with its fork and its
+    replay, a schedule with a fire, a webhook subscription with a delivery and its attempt, a
+    memory entry, audit rows, a token."""
     lab = ProjectFactory(tenant=tenant, slug="a-only-lab", name=f"{SECRET} lab")
     artifact = artifact_put(
         tenant_id=tenant.id, data=f"{SECRET}-ARTIFACT".encode(), media_type="text/plain"
@@ -185,6 +218,64 @@ def build_world(
     assert effect.status == "needs_review"
 
     reference = Run.objects.get(id=waiting_run.id).input["attachment"]["$artifact"]
+    done_run, _ = run_services.run_create(
+        project=project, workflow=registry.get("linear"), state={"who": f"{SECRET}-WHO"}
+    )
+    done_run = drive(registry, done_run.id)
+    assert done_run.status == "succeeded", done_run.error
+    child = run_fork(run=done_run, checkpoint_seq=0, actor="user:setup", registry=registry)
+    child = drive(registry, child.id)
+    replay = replay_run(run=done_run, actor="user:setup", registry=registry)
+    schedule = schedule_services.schedule_create(
+        project=project,
+        workflow="approval",
+        kind="interval",
+        interval_seconds=3600,
+        input={"report": f"{SECRET}-SCHEDULED"},
+        name=f"{SECRET}-SCHEDULE",
+        created_by="user:setup",
+    )
+    fire = ScheduleFire.objects.create(
+        tenant_id=tenant.id,
+        project=project,
+        schedule=schedule,
+        tick=timezone.now() - timedelta(hours=1),
+        fired_at=timezone.now() - timedelta(hours=1),
+        outcome="skipped",
+        detail={"note": f"{SECRET}-FIRE"},
+    )
+    # Last, so the runs above enqueue nothing for it; a loopback target (the sweep's settings
+    # allow private targets), never called: no delivery worker runs here.
+    webhook, _ = webhook_services.webhook_create(
+        project=project,
+        url="http://127.0.0.1:9/a-secret-hook",
+        event_types=["run.succeeded"],
+        description=f"{SECRET}-WEBHOOK",
+        created_by="user:setup",
+    )
+    delivery_id = uuid.uuid4()
+    delivery = WebhookDelivery.objects.create(
+        id=delivery_id,
+        tenant_id=tenant.id,
+        project=project,
+        subscription=webhook,
+        webhook_id=f"msg_{delivery_id.hex}",
+        source_key=f"{done_run.id}:1:run.succeeded",
+        event_type="run.succeeded",
+        payload={"type": "run.succeeded", "data": {"note": f"{SECRET}-PAYLOAD"}},
+        status="dead",  # given up: a redelivery is allowed
+        attempts=1,
+    )
+    attempt = WebhookAttempt.objects.create(
+        tenant_id=tenant.id,
+        delivery=delivery,
+        number=1,
+        started_at=timezone.now(),
+        succeeded=False,
+        status_code=503,
+        latency_ms=5,
+        error=f"{SECRET}-ERROR",
+    )
     memory = memory_services.memory_remember(project=project, text=f"{SECRET}-FACT zebra")[0]
     token, _ = token_create(tenant=tenant, name=f"{SECRET}-TOKEN", grants=["runs:read"])
     audit = audit_record(
@@ -222,6 +313,14 @@ def build_world(
         audit=audit,
         users=users,
         export_jsonl="".join(transfer.export_graph(session)),
+        done_run=done_run,
+        run_fork=child,
+        replay=replay,
+        schedule=schedule,
+        fire=fire,
+        webhook=webhook,
+        delivery=delivery,
+        attempt=attempt,
     )
     world.ids = {
         "tenant": str(tenant.id),
@@ -241,6 +340,14 @@ def build_world(
         "token": str(token.id),
         "audit": str(audit.id),
         "plan": waiting_run.plan_id,
+        "done_run": str(done_run.id),
+        "run_fork": str(child.id),
+        "replay": str(replay.id),
+        "schedule": str(schedule.id),
+        "schedule_fire": str(fire.id),
+        "webhook": str(webhook.id),
+        "delivery": str(delivery.id),
+        "webhook_attempt": str(attempt.id),
     }
     return world
 
@@ -312,6 +419,12 @@ FINGERPRINTED: tuple[type[models.Model], ...] = (
     MemoryEntry,
     MemoryStats,
     Group,
+    RunFork,
+    Schedule,
+    ScheduleFire,
+    WebhookSubscription,
+    WebhookDelivery,
+    WebhookAttempt,
 )
 
 

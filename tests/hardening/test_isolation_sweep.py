@@ -247,6 +247,21 @@ API_TABLE: dict[str, list[Api]] = {
     "api/v1/runs/<uuid:pk>/stream/": [
         Api(READ, "GET", f"{R}/stream/?follow=false", target="run"),
     ],
+    # Forks (issue 22): a fork of A's run from its start, and the list of its forks.
+    "api/v1/runs/<uuid:pk>/fork/": [
+        Api(WRITE, "POST", f"{R}/fork/", "run", {"checkpoint": 0}, ok=(201,), control=8),
+    ],
+    "api/v1/runs/<uuid:pk>/forks/": [
+        Api(READ, "GET", f"{R}/forks/", target="run"),
+    ],
+    # Replay (a regression check of A's finished run) and the comparison with its fork.
+    "api/v1/runs/<uuid:pk>/replay/": [
+        Api(WRITE, "POST", "/api/v1/runs/{done_run}/replay/", "done_run", ok=(201,), control=13),
+    ],
+    "api/v1/runs/<uuid:pk>/compare/<uuid:other>/": [
+        Api(READ, "GET", "/api/v1/runs/{done_run}/compare/{run_fork}/", target="done_run"),
+        Api(READ, "GET", "/api/v1/runs/{done_run}/compare/{run_fork}/", target="run_fork"),
+    ],
     "api/v1/sessions/<uuid:pk>/stream/": [
         Api(READ, "GET", f"{S}/stream/?follow=false", target="session"),
     ],
@@ -356,6 +371,104 @@ API_TABLE: dict[str, list[Api]] = {
             },
         ),
     ],
+    # Schedules (they start runs: runs:write) and webhook subscriptions (projects:write).
+    "api/v1/^schedules/$": [
+        Api(LIST, "GET", "/api/v1/schedules/", sees="schedule"),
+        Api(READ, "GET", "/api/v1/schedules/?project={project}", target="project"),
+        Api(
+            CREATE,
+            "POST",
+            "/api/v1/schedules/",
+            target="project",
+            body={
+                "project": "{project}",
+                "workflow": "approval",
+                "kind": "interval",
+                "interval_seconds": 600,
+                "input": {"report": "iso"},
+            },
+            ok=(201,),
+            control=14,
+        ),
+    ],
+    "api/v1/^schedules/(?P<pk>[^/.]+)/$": [
+        Api(READ, "GET", "/api/v1/schedules/{schedule}/", target="schedule"),
+        Api(
+            WRITE, "PATCH", "/api/v1/schedules/{schedule}/", "schedule", {"name": "iso"}, control=15
+        ),
+        Api(WRITE, "DELETE", "/api/v1/schedules/{schedule}/", "schedule", ok=(204,), control=30),
+    ],
+    "api/v1/^schedules/(?P<pk>[^/.]+)/fires/$": [
+        Api(READ, "GET", "/api/v1/schedules/{schedule}/fires/", target="schedule"),
+    ],
+    "api/v1/^schedules/(?P<pk>[^/.]+)/next/$": [
+        Api(READ, "GET", "/api/v1/schedules/{schedule}/next/", target="schedule"),
+    ],
+    "api/v1/^schedules/(?P<pk>[^/.]+)/pause/$": [
+        Api(WRITE, "POST", "/api/v1/schedules/{schedule}/pause/", "schedule", control=16),
+    ],
+    "api/v1/^schedules/(?P<pk>[^/.]+)/resume/$": [
+        Api(WRITE, "POST", "/api/v1/schedules/{schedule}/resume/", "schedule", control=17),
+    ],
+    "api/v1/^webhooks/$": [
+        Api(LIST, "GET", "/api/v1/webhooks/", sees="webhook"),
+        Api(READ, "GET", "/api/v1/webhooks/?project={project}", target="project"),
+        Api(
+            CREATE,
+            "POST",
+            "/api/v1/webhooks/",
+            target="project",
+            body={
+                "project": "{project}",
+                "url": "http://127.0.0.1:9/iso",
+                "event_types": ["run.failed"],
+            },
+            ok=(201,),
+            control=18,
+        ),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/$": [
+        Api(READ, "GET", "/api/v1/webhooks/{webhook}/", target="webhook"),
+        Api(
+            WRITE,
+            "PATCH",
+            "/api/v1/webhooks/{webhook}/",
+            "webhook",
+            {"description": "iso"},
+            control=19,
+        ),
+        Api(WRITE, "DELETE", "/api/v1/webhooks/{webhook}/", "webhook", ok=(204,), control=31),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/deliveries/$": [
+        Api(READ, "GET", "/api/v1/webhooks/{webhook}/deliveries/", target="webhook"),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/deliveries/(?P<delivery_id>[^/.]+)/$": [
+        Api(READ, "GET", "/api/v1/webhooks/{webhook}/deliveries/{delivery}/", target="webhook"),
+        Api(READ, "GET", "/api/v1/webhooks/{webhook}/deliveries/{delivery}/", target="delivery"),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/deliveries/(?P<delivery_id>[^/.]+)/redeliver/$": [
+        Api(
+            WRITE,
+            "POST",
+            "/api/v1/webhooks/{webhook}/deliveries/{delivery}/redeliver/",
+            target="delivery",
+            ok=(202,),  # queued again: the worker sends it
+            control=20,
+        ),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/disable/$": [
+        Api(
+            WRITE,
+            "POST",
+            "/api/v1/webhooks/{webhook}/disable/",
+            "webhook",
+            {"reason": "iso"},
+            control=21,
+        ),
+    ],
+    "api/v1/^webhooks/(?P<pk>[^/.]+)/enable/$": [
+        Api(WRITE, "POST", "/api/v1/webhooks/{webhook}/enable/", "webhook", control=22),
+    ],
 }
 
 #: Status by kind, for anonymous, revoked, other_tenant, other_project, viewer.
@@ -401,6 +514,9 @@ class Page:
     outsider: int = 404
     #: Why an outsider may tell this object from a missing one (a known, accepted oracle).
     oracle: str = ""
+    #: The target is one A's viewer is shown anyway (its own project, in the page's project
+    #: switcher): its 403 for A's object is not compared with the one for a missing object.
+    viewer_knows_target: bool = False
 
 
 C = "/console"
@@ -480,6 +596,68 @@ CONSOLE_TABLE: dict[str, list[Page]] = {
             viewer=403,
         ),
     ],
+    "console/runs/<uuid:run_id>/fork/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/runs/{{done_run}}/fork/",
+            target="done_run",
+            body={"checkpoint": "0", "reason": "iso"},
+            control=6,
+            viewer=403,
+        ),
+    ],
+    "console/runs/<uuid:run_id>/replay/": [
+        Page(ACTION, "POST", f"{C}/runs/{{done_run}}/replay/", "done_run", control=7, viewer=403),
+    ],
+    "console/runs/<uuid:run_id>/compare/<uuid:other_id>/": [
+        Page(OBJECT, "GET", f"{C}/runs/{{done_run}}/compare/{{run_fork}}/", target="done_run"),
+        Page(OBJECT, "GET", f"{C}/runs/{{done_run}}/compare/{{run_fork}}/", target="run_fork"),
+    ],
+    "console/schedules/": [Page(PAGE, "GET", f"{C}/schedules/")],
+    "console/schedules/new/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/schedules/new/",
+            target="project",
+            body={
+                "project": "{project}",
+                "workflow": "approval",
+                "kind": "interval",
+                "interval_seconds": "600",
+                "input": '{"report": "iso"}',
+            },
+            control=8,
+            viewer=403,
+            viewer_knows_target=True,
+        ),
+    ],
+    "console/schedules/<uuid:schedule_id>/pause/": [
+        Page(
+            ACTION, "POST", f"{C}/schedules/{{schedule}}/pause/", "schedule", control=9, viewer=403
+        ),
+    ],
+    "console/schedules/<uuid:schedule_id>/resume/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/schedules/{{schedule}}/resume/",
+            "schedule",
+            control=10,
+            viewer=403,
+        ),
+    ],
+    "console/schedules/<uuid:schedule_id>/delete/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/schedules/{{schedule}}/delete/",
+            "schedule",
+            control=11,
+            viewer=403,
+        ),
+    ],
     "console/sessions/": [
         Page(PAGE, "GET", f"{C}/sessions/"),
         Page(OBJECT, "GET", f"{C}/sessions/?before={{session}}", "session", outsider=200),
@@ -521,6 +699,11 @@ ADMIN_MODELS: dict[str, tuple[str, str]] = {
     "effects_app/effectrecord": ("effect", "mark_not_applied"),
     "memory_app/memoryentry": ("memory", "delete_selected"),
     "memory_app/memorystats": ("memory_stats", "delete_selected"),
+    "schedules_app/schedule": ("schedule", "pause_schedules"),
+    "schedules_app/schedulefire": ("schedule_fire", "delete_selected"),
+    "webhooks_app/webhooksubscription": ("webhook", "disable_webhooks"),
+    "webhooks_app/webhookdelivery": ("delivery", "redeliver"),
+    "webhooks_app/webhookattempt": ("webhook_attempt", "delete_selected"),
 }
 #: Django's own history view looks the row up before it checks the model permission, and the
 #: stock user and group admins are not tenant-scoped (users and groups belong to no tenant):
@@ -529,7 +712,16 @@ ADMIN_MODELS: dict[str, tuple[str, str]] = {
 AUTH_HISTORY_ORACLE = "Django's history_view checks existence before permission (auth models)"
 #: Rows B has of its own (its tenant, project, membership, token).
 B_OWN_ROWS = ("tenant", "project", "membership", "token")
-ADMIN_APP_LABELS = ("auth", "tenancy", "sessions_app", "runs_app", "effects_app", "memory_app")
+ADMIN_APP_LABELS = (
+    "auth",
+    "tenancy",
+    "sessions_app",
+    "runs_app",
+    "effects_app",
+    "memory_app",
+    "schedules_app",
+    "webhooks_app",
+)
 #: A change or add form as the admin would post it (each model's form takes what it knows).
 ADMIN_FORM = {
     "tenant": "{tenant}",
@@ -720,8 +912,8 @@ def nothing_checked() -> Iterator[None]:
 
 
 def guarded(failures: Failures, label: str, op: Api | Page, **kwargs: Any) -> Any:
-    """:func:`unchanged` around a POST, nothing around a GET."""
-    return unchanged(failures, label, **kwargs) if op.method == "POST" else nothing_checked()
+    """:func:`unchanged` around a write (POST, PATCH, DELETE), nothing around a GET."""
+    return unchanged(failures, label, **kwargs) if op.method != "GET" else nothing_checked()
 
 
 def check_answer(
@@ -804,6 +996,7 @@ def logged_in(user: Any = None) -> Client:
 def quiet(settings, tmp_path):
     """No write rate limit in the way; artifacts in a temporary directory."""
     settings.OPENRATH_RATE_LIMIT_BURST = 0
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True  # the webhook control's loopback target
     settings.STORAGES = {
         **settings.STORAGES,
         "default": {
@@ -864,7 +1057,10 @@ def _api_call(client: APIClient, op: Api, values: dict[str, str]) -> Any:
     path = fill(op.path, values)
     if op.method == "GET":
         return client.get(path)
-    return client.post(path, fill(op.body, values), format="json")
+    if op.method == "DELETE":
+        return client.delete(path)
+    send = client.patch if op.method == "PATCH" else client.post
+    return send(path, fill(op.body, values), format="json")
 
 
 def _api_values(world: World, own_project: Project) -> dict[str, str]:
@@ -1085,7 +1281,7 @@ def test_console_isolation(make_world, other_tenant):
                 values,
                 op.viewer or 200,
                 [],
-                compare=op.viewer == 403,
+                compare=op.viewer == 403 and not op.viewer_knows_target,
             )
         if op.kind == OBJECT and op.outsider == 404:
             failures.check(

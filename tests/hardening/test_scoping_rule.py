@@ -35,7 +35,15 @@ from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.scoping import ScopedQuerySet, project_path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("openrath_project", "sessions_app", "runs_app", "effects_app", "memory_app")
+PACKAGES = (
+    "openrath_project",
+    "sessions_app",
+    "runs_app",
+    "effects_app",
+    "memory_app",
+    "schedules_app",
+    "webhooks_app",
+)
 #: The first call on a tenant-owned model's manager that the rule accepts. ``none()`` reads
 #: no row at all (the schema generator's ``queryset = Model.objects.none()``).
 ALLOWED_FIRST = frozenset({"for_principal", "unscoped", "none"})
@@ -228,12 +236,17 @@ def test_the_rule_covers_the_principal_facing_modules() -> None:
         "runs_app/api/views.py",
         "effects_app/api/views.py",
         "memory_app/api/views.py",
+        "schedules_app/api/views.py",
+        "webhooks_app/api/views.py",
         "openrath_project/tenancy/selectors.py",
         "sessions_app/selectors.py",
         "runs_app/selectors.py",
         "effects_app/selectors.py",
         "memory_app/selectors.py",
+        "schedules_app/selectors.py",
+        "webhooks_app/selectors.py",
         "openrath_project/console/views.py",
+        "openrath_project/console/schedules.py",
         "openrath_project/console/access.py",
         "openrath_project/ws/auth.py",
         "openrath_project/ws/consumers.py",
