@@ -49,6 +49,7 @@ OPENRATH_EVENT_TYPES: Final[Mapping[str, str | None]] = MappingProxyType(
         "session.switched": None,
         # Time travel (docs/time-travel.md): a fork's second event names its parent.
         "run.forked": None,
+        "replay.finished": None,
     }
 )
 
