@@ -18,12 +18,14 @@ re-sends hints anyway).
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
 import kombu
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from redis import exceptions as redis_exceptions
 
 TRANSPORT_PATH = "openrath_project.celery_transport:Transport"
 REDIS_SCHEMES = frozenset({"redis", "rediss"})
@@ -61,14 +63,24 @@ def check_kombu_internals() -> None:
         )
 
 
+logger = logging.getLogger(__name__)
+
+
 class QoS(kombu_redis.QoS):
     """Redis ack emulation whose ack and reject free the prefetch slot in every case."""
 
     def ack(self, delivery_tag: Any) -> None:
         try:
             self._remove_from_indices(delivery_tag).execute()
+        except (redis_exceptions.RedisError, OSError):
+            raise  # Celery logs "Couldn't ack" once; the message is redelivered later
+        except Exception as exc:  # noqa: BLE001
+            # Not raised: the consumer's close acks its pending messages after the connection
+            # is gone (kombu then fails on the missing connection info); raising would abort
+            # the close and the worker would never reconnect (tests/drills/test_outage_drills).
+            logger.warning("could not ack %s (%s): it will be redelivered", delivery_tag, exc)
         finally:
-            virtual.QoS.ack(self, delivery_tag)  # frees the slot; the error (if any) goes on
+            virtual.QoS.ack(self, delivery_tag)  # frees the slot
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         try:
