@@ -18,28 +18,6 @@ app.autodiscover_tasks()
 install_metrics_option(app)  # worker --metrics-port
 
 
-@app.on_after_configure.connect
-def _select_redis_transport(sender: Celery, source: Any, **kwargs: Any) -> None:
-    # A Redis broker goes through kombu's Redis transport with acks that free the prefetch slot
-    # even when Redis fails (openrath_project/celery_transport.py; without it a worker that
-    # lost its slots to failed acks during a partition from Redis never consumed again).
-    from openrath_project.celery_transport import REDIS_SCHEMES, TRANSPORT_PATH
-
-    url = source.get("broker_url") or ""
-    if not source.get("broker_transport") and url.partition("://")[0] in REDIS_SCHEMES:
-        source["broker_transport"] = TRANSPORT_PATH
-
-
-@worker_init.connect
-def _refuse_changed_kombu(**kwargs: Any) -> None:
-    from openrath_project.celery_transport import check_kombu_internals
-
-    try:
-        check_kombu_internals()
-    except RuntimeError as exc:
-        raise SystemExit(f"the Celery worker cannot start: {exc}") from None
-
-
 @worker_init.connect
 def _refuse_unmigrated_worker(**kwargs: Any) -> None:
     from openrath_project.startup import require_migrations_applied, require_workflow_modules
