@@ -175,3 +175,24 @@ def consecutive_free_ports(count: int) -> int:
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on 127.0.0.1 a moment ago, from the service range above."""
     return [consecutive_free_ports(1) for _ in range(count)]
+
+
+#: libpq requests, one round trip each outside pipeline mode (which nothing here uses).
+ROUND_TRIP_METHODS = (
+    "send_query",
+    "send_query_params",
+    "send_query_prepared",
+    "send_prepare",
+    "send_describe_prepared",
+    "send_describe_portal",
+    "send_close_prepared",
+    "send_close_portal",
+    "exec_",
+    "exec_params",
+    "exec_prepared",
+    "prepare",
+    "describe_prepared",
+    "describe_portal",
+    "close_prepared",
+    "close_portal",
+)

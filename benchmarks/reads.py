@@ -27,21 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import fresh_postgres, setup_django  # noqa: E402
+from benchmarks._common import ROUND_TRIP_METHODS, fresh_postgres, setup_django  # noqa: E402
 from benchmarks.runs import create_runs, workflow_module  # noqa: E402
 
 RUNS, STEPS = 20, 20
-
-ROUND_TRIP_METHODS = (
-    "send_query",
-    "send_query_params",
-    "send_query_prepared",
-    "send_prepare",
-    "exec_",
-    "exec_params",
-    "exec_prepared",
-    "prepare",
-)
 
 
 def count_transactions() -> dict[str, int]:

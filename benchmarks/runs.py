@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import (  # noqa: E402
     REPO,
+    ROUND_TRIP_METHODS,
     fresh_postgres,
     median_ms,
     p99_ms,
@@ -357,27 +358,6 @@ def local_runtime(module: str):
     runtime.register(bench20)
     runtime.register(bench200)
     return runtime, {"bench20": bench20, "bench200": bench200}
-
-
-#: libpq requests, one round trip each outside pipeline mode (which nothing here uses).
-ROUND_TRIP_METHODS = (
-    "send_query",
-    "send_query_params",
-    "send_query_prepared",
-    "send_prepare",
-    "send_describe_prepared",
-    "send_describe_portal",
-    "send_close_prepared",
-    "send_close_portal",
-    "exec_",
-    "exec_params",
-    "exec_prepared",
-    "prepare",
-    "describe_prepared",
-    "describe_portal",
-    "close_prepared",
-    "close_portal",
-)
 
 
 def count_round_trips(module: str, runs: int) -> dict:

@@ -33,7 +33,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import REPO, fresh_postgres, percentile, setup_django  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    REPO,
+    ROUND_TRIP_METHODS,
+    fresh_postgres,
+    percentile,
+    setup_django,
+)
 
 WORKFLOW = textwrap.dedent("""
     import time
@@ -51,25 +57,6 @@ WORKFLOW = textwrap.dedent("""
             ENTERED.append(time.perf_counter())
             return state
 """)
-
-ROUND_TRIP_METHODS = (
-    "send_query",
-    "send_query_params",
-    "send_query_prepared",
-    "send_prepare",
-    "send_describe_prepared",
-    "send_describe_portal",
-    "send_close_prepared",
-    "send_close_portal",
-    "exec_",
-    "exec_params",
-    "exec_prepared",
-    "prepare",
-    "describe_prepared",
-    "describe_portal",
-    "close_prepared",
-    "close_portal",
-)
 
 
 def workflow_module(directory: Path) -> str:
