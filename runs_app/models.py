@@ -141,6 +141,12 @@ class Run(models.Model):
                 condition=Q(status="queued"),
                 name="run_claimable",
             ),
+            # The fair claim: a tenant's (and a project's) next run in priority order.
+            models.Index(
+                fields=("tenant", "-priority", "created_at"),
+                condition=Q(status="queued"),
+                name="run_tenant_claimable",
+            ),
             models.Index(
                 fields=("lease_expires_at",),
                 condition=Q(status="running"),

@@ -20,6 +20,9 @@ class Tenant(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
+    #: At most this many of the tenant's runs execute at once (``None``: no limit); set by an
+    #: operator (admin, ``manage.py queue_limits``). The claim skips a tenant at its limit.
+    max_running_runs = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -36,6 +39,8 @@ class Project(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="projects")
     slug = models.SlugField(max_length=63)
     name = models.CharField(max_length=200)
+    #: As :attr:`Tenant.max_running_runs`, for the project's runs.
+    max_running_runs = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     #: Scoped by its own id: a restricted token sees only its projects.
