@@ -98,13 +98,29 @@ def append_ctes(source: str, *, release: bool = False) -> str:
 )"""  # noqa: S608 - table names from model metadata, values are parameters
 
 
-def writer_holds(source: str) -> str:
-    """The fence a run's step commit must pass, for a statement whose run row is the CTE
-    ``source``: with chunks to write, its session's writer must be exactly this lease."""
+def fenced_length(source: str) -> str:
+    """SQL for the session length a run's step commit records, for a statement whose run row is
+    the CTE ``source`` (its ``session_len`` the length the run expects after the append) and
+    whose append is ``append_ctes``' ``s``: without chunks the run's; with chunks the append's
+    own ``RETURNING`` (the writer check and the length in one read of the session row), and only
+    when it ends where the run expects. Otherwise NULL, which the checkpoint's NOT NULL
+    ``session_len`` refuses, so the whole statement writes nothing (:func:`unfenced_append`)."""
     return (
-        f"(%(n)s = 0 OR EXISTS (SELECT 1 FROM {SESSION} ws "  # noqa: S608
-        f"WHERE ws.id = {source}.session_id "
-        "AND ws.writer_run_id = %(run)s AND ws.writer_token = %(token)s))"
+        f"CASE WHEN %(n)s = 0 THEN {source}.session_len "  # noqa: S608 - names, no values
+        f"ELSE (SELECT s.new_len FROM s WHERE s.new_len = {source}.session_len) END"
+    )
+
+
+def unfenced_append(exc: BaseException, table: str) -> bool:
+    """Whether ``exc`` (Django's wrapper of a psycopg error) is the refusal of
+    :func:`fenced_length`: a NULL ``session_len`` inserted into ``table``, because the session's
+    writer was not the committing lease or its append did not end where the run expected."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return (
+        diag is not None
+        and diag.sqlstate == "23502"  # not_null_violation
+        and diag.table_name == table
+        and diag.column_name == "session_len"
     )
 
 

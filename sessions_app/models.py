@@ -130,9 +130,22 @@ class Chunk(models.Model):
     # No single-column indexes on these two (issue 20: a chunk's bytes): every read by session
     # is served by ``chunk_seq_unique`` (session, seq), and nothing reads chunks by tenant alone
     # (scoped reads also filter by session or run).
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    # Nor database foreign keys (issue 20: rows read per step; ``PROTECT`` still holds for the
+    # ORM): each would read the session or tenant row again for every chunk inserted. Chunks are
+    # append-only and written only by an append that has just updated the session row in the
+    # same statement or transaction (``sessions_app.append_sql`` and ``services.append_now``,
+    # under the writer fence) or by a fork, merge or import copying from existing sessions; the
+    # tenant is the session's own (the append's ``RETURNING``). Sessions are never deleted while
+    # they have chunks (``PROTECT``; retention deletes chunks before their session).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="+", db_index=False, db_constraint=False
+    )
     session = models.ForeignKey(
-        Session, on_delete=models.PROTECT, related_name="own_chunks", db_index=False
+        Session,
+        on_delete=models.PROTECT,
+        related_name="own_chunks",
+        db_index=False,
+        db_constraint=False,
     )
     #: Position in the logical list of ``session`` (and of every session that forks past it).
     seq = models.PositiveIntegerField()

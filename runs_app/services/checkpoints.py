@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
@@ -95,15 +95,32 @@ class StepCommit:
     finish: str | None = None
     #: The chunks the step held for the working session, written with the checkpoint.
     chunks: list[ChunkDraft] = field(default_factory=list)
+    #: The working session's length once ``chunks`` are appended, when the worker knows it (its
+    #: step buffer's ``stored_length`` after taking them); ``None``: read from the session. With
+    #: chunks the commit is refused (:class:`StaleLease`, nothing written) unless the append
+    #: ends there; without chunks it is not used.
+    session_len: int | None = None
 
 
 def _step_commit_sql(*, finishing: bool) -> str:
-    """The step commit as one statement: the run row (fenced by the lease and, with chunks, by
-    the session's writer), the session's append (the session app's pieces), the checkpoint and
-    the step's event; ``finishing`` also ends the run (``succeeded``, output, writer released,
-    ``run.succeeded``). A commit does not renew the lease, on either path: the watchdog's
-    heartbeat does, and ``lease_expires_at`` is indexed, so writing it with every step would make
-    each run-row update a non-HOT one (an entry in every index of the table: +33% WAL a step)."""
+    """The step commit as one statement: the run row (fenced by the lease), the session's append
+    (the session app's pieces, fenced by the session's writer), the checkpoint and the step's
+    event; ``finishing`` also ends the run (``succeeded``, output, writer released,
+    ``run.succeeded``).
+
+    The lock order is the portable path's (the run row, then its session). The writer check and
+    the session's new length come from the append's own ``UPDATE ... RETURNING`` (one read of the
+    session row, not two more): the checkpoint's ``session_len`` is that length, and NULL when
+    the append did not happen or ended elsewhere than the run expects, which its NOT NULL column
+    refuses, so the statement fails whole and writes nothing, the run row's update included
+    (:func:`sessions_app.append_sql.fenced_length`; :func:`_sql_commit` reports it as a stale
+    lease). The length the run expects is ``%(session_len)s`` when the worker knows it (its step
+    buffer's: nothing else of the session is read) and otherwise the session's stored length
+    plus the chunks (a read of the row in the run's update).
+
+    A commit does not renew the lease, on either path: the watchdog's heartbeat does, and
+    ``lease_expires_at`` is indexed, so writing it with every step would make each run-row update
+    a non-HOT one (an entry in every index of the table: +33% WAL a step)."""
     if finishing:
         ending = """status = 'succeeded',
         state = %(whole_state)s::jsonb,
@@ -128,18 +145,18 @@ WITH r AS (
         event_seq = event_seq + {events},
         next_nodes = %(next_nodes)s::jsonb,
         attempt = 1,
-        session_len = {session_sql.current_length(_RUN)} + %(n)s,
+        session_len = COALESCE(%(session_len)s::bigint, {session_sql.current_length(_RUN)} + %(n)s),
         {ending}
         updated_at = now()
     WHERE id = %(run)s AND fencing_token = %(token)s AND status = 'running'
-      AND {session_sql.writer_holds(_RUN)}
     RETURNING id, checkpoint_seq, event_seq, session_id, session_len, parent_id
 ), {session_sql.append_ctes("r", release=finishing)}, c AS (
     INSERT INTO {_CHECKPOINT}
         (run_id, seq, step, next_nodes, "full", state, state_digest, session_id, session_len,
          fencing_token, attempt, created_at)
     SELECT r.id, r.checkpoint_seq, %(step)s, %(next_nodes)s::jsonb, %(full)s, %(state)s::jsonb,
-           %(digest)s, r.session_id, r.session_len, %(token)s, %(attempt)s, now()
+           %(digest)s, r.session_id, {session_sql.fenced_length("r")}, %(token)s, %(attempt)s,
+           now()
     FROM r
     RETURNING seq
 )
@@ -227,11 +244,17 @@ def _sql_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
         "attempt": Int8(commit.attempt),
         "event": commit.event,
         "event_data": json.dumps(stored.event_data),
+        "session_len": _expected_length(commit),
         **session_sql.append_params(drafts),
     }
     if finishing:
         params["whole_state"] = canonical(commit.state)
-    rows = composed.execute_composed(_FINISH_SQL if finishing else _COMMIT_SQL, params)
+    try:
+        rows = composed.execute_composed(_FINISH_SQL if finishing else _COMMIT_SQL, params)
+    except IntegrityError as exc:  # the append was not this lease's, or did not end as expected
+        if not session_sql.unfenced_append(exc, _CHECKPOINT):
+            raise
+        raise _stale(claim) from exc
     if not rows:
         raise _stale(claim)
     session_id, session_len, parent_id = rows[0][1], int(rows[0][2]), rows[0][3]
@@ -243,6 +266,13 @@ def _sql_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
     if finishing and parent_id is not None:
         branch_finished(Run(id=claim.run_id, parent_id=parent_id))
     return int(rows[0][4])
+
+
+def _expected_length(commit: StepCommit) -> Int8 | None:
+    """The session length the step statement expects after the append (only with chunks)."""
+    if not commit.chunks or commit.session_len is None:
+        return None
+    return Int8(commit.session_len)
 
 
 def _orm_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
@@ -261,6 +291,9 @@ def _orm_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
         now = timezone.now()
         run.checkpoint_seq += 1
         run.session_len = session_length(run.session_id)
+        expected = _expected_length(commit)
+        if expected is not None and run.session_len != expected:
+            raise _stale(claim)  # the append did not end where the worker expects: as the SQL
         run.next_nodes = [] if finish is not None else list(commit.next_nodes)
         run.attempt = 1
         Checkpoint.objects.create(
