@@ -17,10 +17,15 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name=dispatch.EXECUTE_RUN_TASK, acks_late=True, ignore_result=True)
 def execute_run(run_id: str) -> str:
-    """Claim the run if it is claimable and execute it; a no-op for a duplicate delivery."""
-    outcome = run_one(
-        worker_name("celery"), registry=workflows(), run_id=uuid.UUID(run_id), process_mode=True
-    )
+    """Execute the next claimable run in the fair order (``runs_app.services.leases``): the
+    message says that a run became claimable and names it, but which run a worker takes is the
+    claim's choice, as for the database worker, so a tenant with a deep backlog does not get
+    every worker because its messages came first. Each queued run was sent one message, and
+    each message claims at most one run, so every run is claimed; a message that finds nothing
+    claimable (a duplicate delivery, or every queued run's tenant or project at its running
+    limit) is a no-op, and the reconciler sends the runs still queued again."""
+    uuid.UUID(run_id)  # a malformed message fails here, as before
+    outcome = run_one(worker_name("celery"), registry=workflows(), process_mode=True)
     return outcome.status if outcome is not None else "not-claimable"
 
 

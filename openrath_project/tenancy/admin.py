@@ -30,7 +30,8 @@ def _tenants_administered(request: HttpRequest) -> frozenset[Any]:
 @admin.register(Tenant)
 class TenantAdmin(TenantScopedAdmin):
     tenant_path = ""
-    list_display = ("slug", "name", "created_at")
+    #: ``max_running_runs`` (blank: no limit) is edited in the form, audited like any change.
+    list_display = ("slug", "name", "max_running_runs", "last_claimed_at", "created_at")
     search_fields = ("slug", "name")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -40,7 +41,7 @@ class TenantAdmin(TenantScopedAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(TenantScopedAdmin):
-    list_display = ("slug", "name", "tenant", "created_at")
+    list_display = ("slug", "name", "tenant", "max_running_runs", "last_claimed_at", "created_at")
     list_filter = ("tenant",)
     search_fields = ("slug", "name")
 

@@ -23,6 +23,9 @@ class Tenant(models.Model):
     #: At most this many of the tenant's runs execute at once (``None``: no limit); set by an
     #: operator (admin, ``manage.py queue_limits``). The claim skips a tenant at its limit.
     max_running_runs = models.PositiveIntegerField(null=True, blank=True)
+    #: When the claim last took one of the tenant's runs: the fair claim serves the tenant
+    #: waiting longest first, and a claim under a limit checks it did not change meanwhile.
+    last_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -41,6 +44,8 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     #: As :attr:`Tenant.max_running_runs`, for the project's runs.
     max_running_runs = models.PositiveIntegerField(null=True, blank=True)
+    #: As :attr:`Tenant.last_claimed_at`, for the project's runs.
+    last_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     #: Scoped by its own id: a restricted token sees only its projects.

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
             model_name="run",
             index=models.Index(
                 condition=models.Q(("status", "queued")),
-                fields=["tenant", "-priority", "created_at"],
+                fields=["tenant", "project", "-priority", "created_at"],
                 name="run_tenant_claimable",
             ),
         ),

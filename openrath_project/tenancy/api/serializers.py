@@ -9,9 +9,13 @@ from openrath_project.tenancy.models import AuditEvent, Project
 
 
 class ProjectOut(serializers.ModelSerializer):
+    #: At most this many of the project's runs execute at once (null: no limit); operators
+    #: set it (admin, ``manage.py queue_limits``), the API only shows it.
+    max_running_runs = serializers.IntegerField(read_only=True, allow_null=True, min_value=0)
+
     class Meta:
         model = Project
-        fields: tuple[str, ...] = ("id", "slug", "name", "created_at")
+        fields: tuple[str, ...] = ("id", "slug", "name", "max_running_runs", "created_at")
 
 
 class ProjectUsageOut(serializers.Serializer):

@@ -11,6 +11,16 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="project",
+            name="last_claimed_at",
+            field=models.DateTimeField(blank=True, editable=False, null=True),
+        ),
+        migrations.AddField(
+            model_name="tenant",
+            name="last_claimed_at",
+            field=models.DateTimeField(blank=True, editable=False, null=True),
+        ),
+        migrations.AddField(
+            model_name="project",
             name="max_running_runs",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),

@@ -120,7 +120,7 @@ class TestMatrix:
         created = client.post(URL, NEW, format="json")
         assert created.status_code == 201
         body = created.json()
-        assert set(body) == {"id", "slug", "name", "created_at"}
+        assert set(body) == {"id", "slug", "name", "max_running_runs", "created_at"}
         assert body["slug"] == "new-one"
         assert Project.objects.get(id=body["id"]).tenant == tenant
         assert client.get(f"{URL}new-one/").json()["id"] == body["id"]
