@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from effects_app.services import LedgerDecisions, effect_call
@@ -65,6 +66,8 @@ from sessions_app.models import Session
 from sessions_app.value import Session as FlowSession
 
 logger = logging.getLogger(__name__)
+#: How often a running run's watchdog asks whether an interrupt was requested (seconds).
+STOP_POLL_SECONDS = 1.0
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
@@ -128,6 +131,12 @@ class Watchdog(threading.Thread):
         self._raised_at: float | None = None
         self._delivered = False
         self.raised: type[StepInterrupted] | None = None
+        #: The run was asked to stop (an ``interrupt`` submission on its session): it ends at
+        #: its next step boundary. Polled every STOP_POLL_SECONDS, off the step's thread.
+        self.stop_requested = False
+        #: A run waits for this one to end (seen by the same poll): the step commit that ends
+        #: it then releases that run in the same transaction.
+        self.followed = False
         self.lost = False
         self.abandoned = False
         self.step_started = 0.0
@@ -180,11 +189,33 @@ class Watchdog(threading.Thread):
             _raise_in_thread(self.target, _tracked(exc_type, self._mark_delivered))
         logger.warning("interrupting run %s: %s", self.claim.run_id, exc_type.__name__)
 
+    def _poll_stop_request(self) -> None:
+        """One query: was the run asked to stop, and does a run wait for it to end?"""
+        run_id = self.claim.run_id
+        try:
+            ids = set(
+                Run.objects.filter(
+                    Q(pk=run_id, stop_requested_at__isnull=False)
+                    | Q(after_run_id=run_id, status="queued")
+                ).values_list("id", flat=True)[:2]
+            )
+        except Exception:  # the database is away: the next poll asks again
+            logger.exception("stop-request poll failed for run %s", run_id)
+            return
+        if run_id in ids:
+            self.stop_requested = True
+        if ids - {run_id}:
+            self.followed = True
+
     def run(self) -> None:
         next_beat = time.monotonic() + self.heartbeat_every
+        next_stop_poll = time.monotonic() + STOP_POLL_SECONDS
         try:
             while not self._stop_event.wait(0.2):
                 now = time.monotonic()
+                if now >= next_stop_poll and not (self.stop_requested and self.followed):
+                    next_stop_poll = now + STOP_POLL_SECONDS
+                    self._poll_stop_request()
                 if now >= next_beat and not self.lost:
                     next_beat = now + self.heartbeat_every
                     try:
@@ -247,6 +278,13 @@ class StepContext:
     #: The run's checkpoint when the step started (identifies this pass through the step).
     checkpoint_seq: int = 0
     _interrupt_calls: int = field(default=0, repr=False)
+    _watchdog: Watchdog | None = field(default=None, repr=False)
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether the run was asked to stop (an ``interrupt`` submission on its session): it
+        ends at the next step boundary, so a long step may return early when this is true."""
+        return self._watchdog is not None and self._watchdog.stop_requested
 
     @property
     def ref(self) -> StepRef:
@@ -536,6 +574,9 @@ def _execute(
     budgets = _has_budgets(run, session)
     fence = session_context.Fence(run.id, claim.token)
     flow_session = FlowSession(session)
+    if run.stop_requested_at is not None:  # asked to stop before this claim: stop here
+        services.run_interrupted(claim=claim, step=node_id, state=state, checkpoint=checkpoint_seq)
+        return Outcome("cancelled", steps)
     while True:
         if run.join_step and node_id == run.join_step:
             services.branch_complete(claim=claim, state=state, checkpoint_seq=checkpoint_seq)
@@ -562,6 +603,7 @@ def _execute(
             deadline=run.deadline,
             checkpoint_seq=checkpoint_seq,
             tenant_id=run.tenant_id,
+            _watchdog=watchdog,
         )
         ref = ctx.ref
         spans.begin(node_id, attempt)
@@ -678,16 +720,43 @@ def _execute(
                 event_data=event_data,
                 finish="succeeded" if not next_nodes else None,
                 chunks=buffer.take(),
+                # After take(), which advances it: the length the append must end at, so the
+                # run's update need not read the session again.
+                session_len=buffer.stored_length,
             )
-            checkpoint_seq = services.checkpoint_commit(
-                claim=claim, commit=commit, checkpoint_seq=checkpoint_seq, keyframes=keyframes
-            )
+            if commit.finish is not None and watchdog.followed:
+                # The run ends and a run waits for it: released in the same transaction.
+                with transaction.atomic():
+                    checkpoint_seq = services.checkpoint_commit(
+                        claim=claim,
+                        commit=commit,
+                        checkpoint_seq=checkpoint_seq,
+                        keyframes=keyframes,
+                    )
+                    services.run_release_followers(run_id=run.id)
+            else:
+                checkpoint_seq = services.checkpoint_commit(
+                    claim=claim, commit=commit, checkpoint_seq=checkpoint_seq, keyframes=keyframes
+                )
+                if commit.finish is not None and run.input_session_id is not None:
+                    # A run enqueued since the watchdog's last poll: its submission held this
+                    # run's row until it committed, so the commit above came after it and this
+                    # sees it (a crash in between: the reconciler releases it). A run with no
+                    # input session skips the read (the hot path of sessionless runs): one
+                    # enqueued on its working session in its last second waits for the
+                    # reconciler's pass.
+                    services.run_release_followers(run_id=run.id)
         if change is not None:
             track.advance(change, committed=commits)
         elif commits:
             track.checkpointed()
         if not next_nodes:
             return Outcome("succeeded", steps)
+        if commits and watchdog.stop_requested:  # a step boundary: the interrupt stops it here
+            services.run_interrupted(
+                claim=claim, step=node_id, state=track.stored, checkpoint=checkpoint_seq
+            )
+            return Outcome("cancelled", steps)
         if commits and max_steps is not None and steps >= max_steps:
             return Outcome("running", steps)  # the lease stays this worker's until it expires
         if joining:

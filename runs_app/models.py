@@ -10,7 +10,7 @@ from django.db.models import Q
 from openrath_project.ids import uuid7
 from openrath_project.tenancy.models import Project, Tenant
 from openrath_project.tenancy.scoping import ScopedManager
-from runs_app.transitions import STATUSES
+from runs_app.transitions import ACTIVE, STATUSES
 
 
 class WorkflowPlan(models.Model):
@@ -34,6 +34,12 @@ class WorkflowPlan(models.Model):
 
 
 RUN_KINDS = ("run", "replay")
+#: What a run submitted on a session does when another run is active there
+#: (docs/concurrent-input.md): refuse it, wait for it, stop it at a step boundary, or cancel it
+#: and start from before it.
+INPUT_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+#: Statuses of a run that is "active on its session" (as listed in transitions.ACTIVE).
+ACTIVE_STATUSES = tuple(sorted(ACTIVE))
 
 
 class Run(models.Model):
@@ -104,6 +110,45 @@ class Run(models.Model):
     replay_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
     )
+    #: The stored session the run was submitted on (null: none, or a new session); its
+    #: working session is a fork of it, or of the previous run's, or of an earlier length.
+    input_session = models.ForeignKey(
+        "sessions_app.Session",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # the partial index run_active_on_input below
+    )
+    #: The concurrent-input policy it was submitted with ("" without an input session).
+    input_policy = models.CharField(max_length=16, blank=True, default="")
+    #: Where its working session was forked from: ``(origin_session, origin_len)``; a rollback
+    #: of this run starts a new one from there (the conversation before this run began).
+    origin_session = models.ForeignKey(
+        "sessions_app.Session",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+    )
+    origin_len = models.PositiveIntegerField(default=0)
+    #: An enqueued (or interrupting) run waits for this run to end; while it waits it is
+    #: ``queued`` with no working session and ``wake_at`` at HELD_UNTIL (never claimable).
+    after_run = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="followers",
+        db_index=False,  # the partial index run_held below
+    )
+    #: An interrupt was asked for (by run ``superseded_by``): stop at the next step boundary.
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    #: The run whose submission interrupted, rolled back or cancelled this one.
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -134,6 +179,10 @@ class Run(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="run_idempotency_key_unique",
             ),
+            models.CheckConstraint(
+                condition=Q(input_policy="") | Q(input_policy__in=INPUT_POLICIES),
+                name="run_input_policy_valid",
+            ),
         ]
         indexes = [
             models.Index(
@@ -141,9 +190,9 @@ class Run(models.Model):
                 condition=Q(status="queued"),
                 name="run_claimable",
             ),
-            # The fair claim: a tenant's (and a project's) next run in priority order.
+            # The fair claim: a project's next run in priority order (one probe per project).
             models.Index(
-                fields=("tenant", "-priority", "created_at"),
+                fields=("tenant", "project", "-priority", "created_at"),
                 condition=Q(status="queued"),
                 name="run_tenant_claimable",
             ),
@@ -154,6 +203,40 @@ class Run(models.Model):
             ),
             models.Index(fields=("tenant", "project", "-id"), name="run_project_recent"),
             models.Index(fields=("tenant", "status"), name="run_tenant_status"),
+            # "The active runs submitted on session S" (concurrent input, under S's lock).
+            # Not on ``status`` alone: a statement on one running run (``id = ... AND status =
+            # 'running'``, the step commit) would take that smaller index and step over every
+            # active run (measured: 80-110 rows read a step with 20 runs queued).
+            models.Index(
+                fields=("input_session",),
+                condition=Q(status__in=ACTIVE_STATUSES, input_session__isnull=False),
+                name="run_active_on_input",
+            ),
+            # "The runs waiting for run R" (released by R's end; repaired by the reconciler).
+            models.Index(
+                fields=("after_run",),
+                condition=Q(status="queued", after_run__isnull=False),
+                name="run_held",
+            ),
+            # The foreign-key checks of deleting a session or a run (retention): without these
+            # each deleted row scanned the runs table (most runs have none of these set).
+            *(
+                models.Index(
+                    fields=(column,), condition=Q(**{f"{column}__isnull": False}), name=name
+                )
+                for column, name in (
+                    ("input_session", "run_input_session_set"),
+                    ("origin_session", "run_origin_session_set"),
+                    ("after_run", "run_after_run_set"),
+                    ("superseded_by", "run_superseded_by_set"),
+                )
+            ),
+            # The reconciler's "asked to stop, not yet stopped" (a handful of rows at most).
+            models.Index(
+                fields=("stop_requested_at",),
+                condition=Q(stop_requested_at__isnull=False, status__in=ACTIVE_STATUSES),
+                name="run_stop_requested",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -210,7 +293,14 @@ class RunEvent(models.Model):
     append_only_for_runtime: ClassVar[bool] = True
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # No database foreign key (issue 20: rows read per step; ``PROTECT`` still holds for the
+    # ORM): the check would read the run row again for every row inserted. Events are
+    # append-only and inserted only by statements that have just locked or updated their run
+    # under its lease (the step statement, the claim, ``run_transition``); runs are deleted only
+    # by retention, which deletes their events first.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="events", db_constraint=False
+    )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=50)
     step = models.CharField(max_length=200, blank=True, default="")
@@ -238,7 +328,14 @@ class Checkpoint(models.Model):
     append_only_for_runtime: ClassVar[bool] = True
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    # No database foreign key (issue 20: rows read per step; ``PROTECT`` still holds for the
+    # ORM): the check would read the run row again for every row inserted. Checkpoints are
+    # append-only and inserted only by statements that have just locked or updated their run
+    # under its lease (the step statement, the claim, ``run_transition``); runs are deleted only
+    # by retention, which deletes their checkpoints first.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="checkpoints", db_constraint=False
+    )
     seq = models.PositiveIntegerField()
     step = models.CharField(max_length=200)
     next_nodes = models.JSONField(default=list)

@@ -21,7 +21,7 @@ import importlib
 import inspect
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TypeVar
 
@@ -30,6 +30,7 @@ from runs_app.plan import Plan, PlanError, compile_workflow, declared_nodes
 from sessions_app.workflow import Workflow, workflow_name
 
 __all__ = [
+    "INPUT_POLICIES",
     "RegisteredWorkflow",
     "RegistryError",
     "UnknownWorkflow",
@@ -41,6 +42,12 @@ __all__ = [
 ]
 
 W = TypeVar("W", bound=type[Workflow] | Workflow)
+
+#: What a run submitted on a session with an active run does (docs/concurrent-input.md); the
+#: same tuple as ``runs_app.models.INPUT_POLICIES`` (this module imports no Django).
+INPUT_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+#: The default of a workflow that declares none.
+DEFAULT_INPUT_POLICY = "reject"
 
 
 class RegistryError(Exception):
@@ -70,12 +77,32 @@ class RegisteredWorkflow:
     cls: type[Workflow]
     plan: Plan
     instance: Workflow | None = None
+    #: The concurrent-input policy of a run submitted without one: the class's
+    #: ``input_policy`` attribute, or ``register(..., input_policy=)``, else ``reject``.
+    input_policy: str = DEFAULT_INPUT_POLICY
 
     def build(self) -> Workflow:
         """The object whose handlers run: the registered instance, else a new ``cls()``."""
         if self.instance is not None:
             return self.instance
         return self.cls()
+
+
+def check_input_policy(value: object, *, where: str) -> str:
+    """``value`` if it names a concurrent-input policy; ``RegistryError`` otherwise."""
+    if not isinstance(value, str) or value not in INPUT_POLICIES:
+        raise RegistryError(
+            f"{where}: input_policy must be one of {', '.join(INPUT_POLICIES)}, got {value!r}"
+        )
+    return value
+
+
+def _declared_policy(cls: type[Workflow]) -> str:
+    """The workflow class's ``input_policy`` attribute (default ``reject``), checked."""
+    declared = getattr(cls, "input_policy", None)
+    if declared is None:
+        return DEFAULT_INPUT_POLICY
+    return check_input_policy(declared, where=f"workflow {_qualified(cls)}")
 
 
 def _check_constructible(cls: type[Workflow]) -> None:
@@ -114,14 +141,17 @@ class WorkflowRegistry:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def register(self, workflow: type[Workflow] | Workflow) -> RegisteredWorkflow:
+    def register(
+        self, workflow: type[Workflow] | Workflow, *, input_policy: str | None = None
+    ) -> RegisteredWorkflow:
         """Compile and register a workflow class or instance.
 
         A class is built with ``cls()`` by the worker, so one that needs constructor arguments
         is refused (``RegistryError``): register an instance of it. Registering the same class
-        again is a no-op; registering an instance (again) makes that instance the one the
-        workers run. ``PlanError`` if it does not compile, ``RegistryError`` if its name is
-        taken by another class.
+        again is a no-op (unless ``input_policy`` changes its default); registering an instance
+        (again) makes that instance the one the workers run. ``PlanError`` if it does not
+        compile, ``RegistryError`` if its name is taken by another class or ``input_policy``
+        (default: the class's ``input_policy`` attribute, else ``reject``) is not a policy.
         """
         instance: Workflow | None = None
         if isinstance(workflow, Workflow):
@@ -130,8 +160,17 @@ class WorkflowRegistry:
             cls = workflow
         else:
             raise TypeError(f"register() takes a Workflow subclass or instance, got {workflow!r}")
+        policy = (
+            _declared_policy(cls)
+            if input_policy is None
+            else check_input_policy(input_policy, where=f"register({_qualified(cls)})")
+        )
         entry = RegisteredWorkflow(
-            name=workflow_name(cls), cls=cls, plan=compile_workflow(cls), instance=instance
+            name=workflow_name(cls),
+            cls=cls,
+            plan=compile_workflow(cls),
+            instance=instance,
+            input_policy=policy,
         )
         if instance is None:
             _check_constructible(cls)
@@ -140,6 +179,8 @@ class WorkflowRegistry:
             current = self._workflows.get(entry.name)
             if current is None or instance is not None:
                 self._workflows[entry.name] = entry
+            elif input_policy is not None and current.input_policy != policy:
+                self._workflows[entry.name] = replace(current, input_policy=policy)
             return self._workflows[entry.name]
 
     def discover(self, modules: Iterable[str]) -> dict[str, RegisteredWorkflow]:
@@ -164,7 +205,13 @@ class WorkflowRegistry:
                     _check_constructible(cls)
                 except RegistryError as exc:
                     raise RegistryError(f"in module {module_name!r}: {exc}") from None
-                found.append(RegisteredWorkflow(name=plan.name, cls=cls, plan=plan))
+                try:
+                    policy = _declared_policy(cls)
+                except RegistryError as exc:
+                    raise RegistryError(f"in module {module_name!r}: {exc}") from None
+                found.append(
+                    RegisteredWorkflow(name=plan.name, cls=cls, plan=plan, input_policy=policy)
+                )
         by_name: dict[str, RegisteredWorkflow] = {}
         for entry in found:
             other = by_name.get(entry.name)
@@ -284,10 +331,12 @@ def discover(
     return _or_default(registry).discover(modules)
 
 
-def register(cls: W, *, registry: WorkflowRegistry | None = None) -> W:
+def register(
+    cls: W, *, registry: WorkflowRegistry | None = None, input_policy: str | None = None
+) -> W:
     """Register ``cls`` (a class or an instance) and return it unchanged, so it also works as
-    a class decorator."""
-    _or_default(registry).register(cls)
+    a class decorator. ``input_policy``: the workflow's default concurrent-input policy."""
+    _or_default(registry).register(cls, input_policy=input_policy)
     return cls
 
 

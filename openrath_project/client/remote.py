@@ -191,6 +191,7 @@ class _Operations:
         project: str | None = None,
         user_message: str | None = None,
         priority: int | None = None,
+        input_policy: str | None = None,
     ) -> _Op[dict[str, Any]]:
         body: dict[str, Any] = {
             "workflow": assistant_id,
@@ -203,6 +204,8 @@ class _Operations:
             body["user_message"] = user_message
         if priority is not None:
             body["priority"] = priority
+        if input_policy is not None:
+            body["input_policy"] = input_policy
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return (yield _Call("POST", "runs/", json=body, headers=headers))
 
@@ -492,10 +495,14 @@ class RemoteClient:
         project: str | None = None,
         user_message: str | None = None,
         priority: int | None = None,
+        input_policy: str | None = None,
     ) -> dict[str, Any]:
         """Start a run of the workflow named ``assistant_id`` (OpenRath's assistant), on a fork
         of ``session_id`` when given. The same ``idempotency_key`` and body return the same
-        run; the same key with another body is a ``ConflictError``."""
+        run; the same key with another body is a ``ConflictError``. ``input_policy``
+        (``reject`` | ``enqueue`` | ``interrupt`` | ``rollback``; the workflow's default when
+        omitted) says what happens when a run is already active on that session
+        (docs/concurrent-input.md)."""
         return self._drive(
             self._ops.create_run(
                 assistant_id=assistant_id,
@@ -505,6 +512,7 @@ class RemoteClient:
                 project=project,
                 user_message=user_message,
                 priority=priority,
+                input_policy=input_policy,
             )
         )
 
@@ -771,6 +779,7 @@ class AsyncRemoteClient:
         project: str | None = None,
         user_message: str | None = None,
         priority: int | None = None,
+        input_policy: str | None = None,
     ) -> dict[str, Any]:
         return await self._drive(
             self._ops.create_run(
@@ -781,6 +790,7 @@ class AsyncRemoteClient:
                 project=project,
                 user_message=user_message,
                 priority=priority,
+                input_policy=input_policy,
             )
         )
 

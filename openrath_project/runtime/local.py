@@ -102,13 +102,16 @@ class LocalRuntime:
         state: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         priority: int = 0,
+        input_policy: str | None = None,
     ) -> Run:
         """Queue a run (``runs_app.services.run_create``) and return it.
 
         ``session_id`` naming a stored session of the project: the run works on a fork of it;
         any other id (OpenRath callers often pass a fresh ``uuid4()``): the run gets a new
         working session. The same ``idempotency_key`` with the same request returns the first
-        run; with a different request it raises ``ConflictError``.
+        run; with a different request it raises ``ConflictError``. ``input_policy``: what to
+        do when that session has an active run (``reject``, ``enqueue``, ``interrupt``,
+        ``rollback``; default: the workflow's, else ``reject``: docs/concurrent-input.md).
         """
         from runs_app import services
         from sessions_app.models import Session
@@ -127,6 +130,8 @@ class LocalRuntime:
                 "state": initial,
                 "session": str(session_id) if session_id is not None else None,
                 "priority": priority,
+                # Part of the request only when given: earlier digests stay the same.
+                **({"input_policy": input_policy} if input_policy is not None else {}),
             }
         )
         row, _created = services.run_create(
@@ -139,6 +144,7 @@ class LocalRuntime:
             idempotency_key=idempotency_key,
             digest_of_request=request_digest,
             created_by=context.principal.actor,
+            input_policy=input_policy,
         )
         return self.store.get_run(row.id)
 

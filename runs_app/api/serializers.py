@@ -11,6 +11,7 @@ from rest_framework import serializers
 from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
 from runs_app.models import (
     DECISIONS,
+    INPUT_POLICIES,
     INTERRUPT_KINDS,
     INTERRUPT_STATES,
     Interrupt,
@@ -72,6 +73,28 @@ class RunOut(serializers.ModelSerializer):
     #: ``replay``: a regression check of ``replay_of`` (``runs_app.replay``); else ``run``.
     kind = serializers.ChoiceField(choices=[("run", "run"), ("replay", "replay")])
     replay_of = serializers.UUIDField(source="replay_of_id", allow_null=True)
+    input_session = serializers.UUIDField(
+        source="input_session_id",
+        allow_null=True,
+        help_text="The session the run was submitted on (null: none).",
+    )
+    input_policy = serializers.ChoiceField(
+        choices=[("", ""), *((p, p) for p in INPUT_POLICIES)],
+        help_text='Its concurrent-input policy ("" without an input session).',
+    )
+    after_run = serializers.UUIDField(
+        source="after_run_id",
+        allow_null=True,
+        help_text="The run it waited (or waits) for: queued with a null session until it ends.",
+    )
+    superseded_by = serializers.UUIDField(
+        source="superseded_by_id",
+        allow_null=True,
+        help_text="The run whose submission interrupted, rolled back or replaced this one.",
+    )
+    stop_requested_at = serializers.DateTimeField(
+        allow_null=True, help_text="When an interrupt asked it to stop at its next step boundary."
+    )
 
     @extend_schema_field(ForkedFromOut(allow_null=True))
     def get_forked_from(self, obj: Run) -> dict[str, Any] | None:
@@ -107,6 +130,11 @@ class RunOut(serializers.ModelSerializer):
             "forked_from",
             "kind",
             "replay_of",
+            "input_session",
+            "input_policy",
+            "after_run",
+            "superseded_by",
+            "stop_requested_at",
         )
 
 
@@ -118,6 +146,16 @@ class RunCreateIn(StrictInputSerializer):
         required=False, help_text="Start from this session (the run works on a fork)."
     )
     user_message = serializers.CharField(required=False, max_length=200_000)
+    input_policy = serializers.ChoiceField(
+        choices=list(INPUT_POLICIES),
+        required=False,
+        help_text=(
+            "When the session has an active run: reject (409 session_busy), enqueue (start "
+            "after it), interrupt (stop it at its next step boundary, then start from where "
+            "it stopped) or rollback (cancel it, start from before it). Default: the "
+            "workflow's, else reject. See docs/concurrent-input.md."
+        ),
+    )
     priority = serializers.IntegerField(required=False, default=0, min_value=-100, max_value=100)
     deadline = serializers.DateTimeField(
         required=False,

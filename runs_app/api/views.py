@@ -25,8 +25,10 @@ from openrath_project.api.views import ScopedAPIView
 from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.jsontext import digest
+from openrath_project.tenancy.models import Project
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import project_get
+from openrath_project.tenancy.services import audit_record
 from runs_app import registration, selectors, services
 from runs_app.api.serializers import (
     INTERRUPT_KIND_CHOICES,
@@ -45,7 +47,7 @@ from runs_app.api.serializers import (
     WorkflowListOut,
 )
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Interrupt, Run, WorkflowPlan
+from runs_app.models import Interrupt, Run, RunEvent, WorkflowPlan
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow
 from sessions_app.selectors import session_get
 
@@ -170,15 +172,45 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
             cost_budget_usd=(
                 Decimal(str(values["cost_budget_usd"])) if "cost_budget_usd" in values else None
             ),
+            input_policy=values.get("input_policy"),
         )
-        self.audit(
-            object_id=run.id,
-            details={"workflow": registered.name, "idempotent_replay": not created},
-        )
+        details: dict[str, Any] = {"workflow": registered.name, "idempotent_replay": not created}
+        if run.input_policy:
+            details["input_policy"] = run.input_policy
+            if run.after_run_id is not None:
+                details["after_run"] = str(run.after_run_id)
+        self.audit(object_id=run.id, details=details)
+        if created and run.input_policy in ("interrupt", "rollback"):
+            self._audit_superseded(run, project)
         response = Response(RunOut(run).data, status=201 if created else 200)
         if not created:
             response["Idempotent-Replayed"] = "true"
         return response
+
+    def _audit_superseded(self, run: Run, project: Project) -> None:
+        """One audit row per run the new run's submission interrupted, rolled back or
+        cancelled (the request's own row is ``run.create``)."""
+        actions = {
+            "run.rolled_back": "run.rollback",
+            "run.interrupt_requested": "run.interrupt",
+            "run.cancelled": "run.supersede",
+        }
+        events = RunEvent.objects.filter(
+            run__superseded_by=run, type__in=list(actions), data__by_run=str(run.id)
+        ).order_by("run_id", "seq")
+        for event in events:
+            audit_record(
+                actor=self.principal.actor,
+                action=actions[event.type],
+                outcome="success",
+                tenant=project.tenant,
+                project=project,
+                object_type="run",
+                object_id=str(event.run_id),
+                status_code=201,
+                request_id=getattr(self.request._request, "request_id", ""),
+                details={"by_run": str(run.id), "input_policy": run.input_policy},
+            )
 
     @extend_schema(
         parameters=[EventQuery],

@@ -13,12 +13,13 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from openrath_project import large_values, metrics
@@ -27,7 +28,7 @@ from openrath_project.ids import uuid7
 from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import Project
 from runs_app import dispatch, tracing
-from runs_app.models import Run, RunEvent, WorkflowPlan
+from runs_app.models import INPUT_POLICIES, Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
 from runs_app.services import composed, start_sql
@@ -45,7 +46,7 @@ from runs_app.transitions import (
 from sessions_app import context as session_context
 from sessions_app import services as session_services
 from sessions_app.chunk_rules import make_draft
-from sessions_app.models import Session
+from sessions_app.models import LineageEdge, Session
 
 # --- Plans -----------------------------------------------------------------------------------
 
@@ -158,8 +159,14 @@ def run_create(
     created_by: str = "",
     token_budget: int | None = None,
     cost_budget_usd: Decimal | None = None,
+    input_policy: str | None = None,
 ) -> tuple[Run, bool]:
     """Queue a run of ``workflow``. Returns ``(run, created)``.
+
+    With a ``session`` that has an active run, ``input_policy`` (default: the workflow's,
+    else ``reject``) says what happens: ``reject`` (:class:`SessionBusy`, a 409), ``enqueue``,
+    ``interrupt`` or ``rollback`` (docs/concurrent-input.md). ``ValidationFailed`` for
+    another value.
 
     With an ``idempotency_key``: the same key and request digest return the first run
     (``created`` False); the same key with another digest is a 409 (:class:`Conflict`).
@@ -168,6 +175,7 @@ def run_create(
     session, user message, priority, budgets; not the deadline), as OpenRath does.
     ``ValidationFailed`` when ``state`` breaks the workflow's ``input_schema``.
     """
+    policy = check_policy(workflow.input_policy if input_policy is None else input_policy)
     if digest_of_request is None:
         digest_of_request = _arguments_digest(
             workflow=workflow,
@@ -177,6 +185,7 @@ def run_create(
             priority=priority,
             token_budget=token_budget,
             cost_budget_usd=cost_budget_usd,
+            input_policy=input_policy,
         )
     replayed = _replayed(project, idempotency_key, digest_of_request)
     if replayed is not None:
@@ -204,7 +213,18 @@ def run_create(
         created_by=created_by,
         token_budget=token_budget,
         cost_budget_usd=cost_budget_usd,
+        input_policy=policy if session is not None else None,
     )
+
+
+def check_policy(value: object) -> str:
+    """``value`` if it names a concurrent-input policy (``ValidationFailed`` otherwise)."""
+    if not isinstance(value, str) or value not in INPUT_POLICIES:
+        raise ValidationFailed(
+            f"input_policy must be one of {', '.join(INPUT_POLICIES)}",
+            details={"input_policy": [f"not one of {', '.join(INPUT_POLICIES)}"]},
+        )
+    return value
 
 
 def run_create_opaque(
@@ -255,6 +275,7 @@ def run_create_opaque(
         created_by=created_by,
         token_budget=None,
         cost_budget_usd=None,
+        input_policy=None,  # a hand-claimed run: each works on its own fork, as before
     )
 
 
@@ -306,9 +327,11 @@ def _queue(
     created_by: str,
     token_budget: int | None,
     cost_budget_usd: Decimal | None,
+    input_policy: str | None,
 ) -> tuple[Run, bool]:
     """Insert the queued run, its working session and its ``run.created`` event, in one
-    transaction with the queue-cap check (``RateLimited`` when the tenant is at its cap).
+    transaction with the queue-cap check (``RateLimited`` when the tenant is at its cap) and,
+    with an ``input_policy``, the concurrent-input admission on ``session`` (:func:`_admit`).
 
     On PostgreSQL a run with a new, empty working session (no session to fork, no user
     message) is one composed statement after the tenant's queue lock (:mod:`.start_sql`);
@@ -335,6 +358,7 @@ def _queue(
                 plan_hash=stored.hash,
                 session=session,
                 user_message=user_message,
+                input_policy=input_policy,
                 **fields,
             ),
             True,
@@ -347,7 +371,7 @@ def _queue(
 
 
 def _new_run(
-    *, run_id: uuid.UUID, project: Project, plan_hash: str, working: Session, **fields: Any
+    *, run_id: uuid.UUID, project: Project, plan_hash: str, working: Session | None, **fields: Any
 ) -> Run:
     name = fields["name"]
     return Run(
@@ -360,7 +384,7 @@ def _new_run(
         input=fields["initial"],
         state=fields["initial"],
         session=working,
-        session_len=working.length,
+        session_len=working.length if working is not None else 0,
         priority=fields["priority"],
         deadline=fields["deadline"],
         next_nodes=fields["next_nodes"],
@@ -380,12 +404,16 @@ def _new_run(
     )
 
 
-def _created_event(run: Run, plan_hash: str, working: Session) -> RunEvent:
+def _created_event(run: Run, plan_hash: str, working: Session | None) -> RunEvent:
     return RunEvent(
         run=run,
         seq=1,
         type="run.created",
-        data={"workflow": run.workflow, "plan": plan_hash, "session": str(working.id)},
+        data={
+            "workflow": run.workflow,
+            "plan": plan_hash,
+            "session": str(working.id) if working is not None else None,
+        },
     )
 
 
@@ -459,6 +487,7 @@ def _queue_orm(
     plan_hash: str,
     session: Session | None,
     user_message: str | None,
+    input_policy: str | None = None,
     **fields: Any,
 ) -> Run:
     """The portable start: the same rows through the ORM, in one transaction."""
@@ -467,10 +496,18 @@ def _queue_orm(
     title = _title(name)
     with transaction.atomic():
         _check_queue_cap(project.tenant_id)
+        admission = None
+        if session is not None and input_policy is not None:
+            admission = _admit(session, input_policy)
+        working: Session | None = None
         with session_context.writing(actor=created_by or "api", run_id=run_id):
-            if session is not None:
+            if admission is not None and admission.after is not None:
+                pass  # held: its working session is forked when the run it waits for ends
+            elif session is not None:
+                base, at = admission.origin if admission is not None else (session, None)
                 working = session_services.session_fork(
-                    session=session,
+                    session=base,
+                    at=at,
                     title=title,
                     metadata={"run": str(run_id)},
                     created_by=created_by,
@@ -496,11 +533,354 @@ def _queue_orm(
             session=session,
             **fields,
         )
+        if session is not None:
+            run.input_session = session
+            run.input_policy = input_policy or ""
+            if working is not None:
+                origin, at = admission.origin if admission is not None else (session, None)
+                run.origin_session = origin
+                # The fork's length is the origin's length it sees (the whole of it if at=None).
+                run.origin_len = working.length if at is None else at
+        elif working is not None and user_message:  # its new session starts with the message
+            # (a new empty session, as the composed start's, has no origin: it began empty)
+            run.origin_session, run.origin_len = working, working.length
+        if admission is not None and admission.after is not None:
+            run.after_run = admission.after
+            run.wake_at = HELD_UNTIL
         run.save(force_insert=True)
         _created_event(run, plan_hash, working).save(force_insert=True)
         publish_event(run.id, 1)
-        dispatch.on_commit(run.id)
+        if admission is not None:
+            _apply_admission(run, admission)
+        if run.after_run_id is None:
+            dispatch.on_commit(run.id)
     return run
+
+
+# --- Concurrent input on one session (docs/concurrent-input.md) --------------------------------
+
+#: ``wake_at`` of a run waiting for another to end: the claim never picks it (it is released by
+#: that run's end: :func:`_release_followers`), with no status of its own.
+HELD_UNTIL = datetime(9999, 12, 31, tzinfo=UTC)
+#: The first key of the advisory lock that serialises submissions on one session.
+SESSION_INPUT_LOCK_NAMESPACE = 20_023
+
+
+@dataclass
+class _Admission:
+    """What a submission on a session with active runs does (decided under the session's lock).
+
+    ``active``: those runs, oldest first, row-locked; ``after``: the run the new one waits for
+    (enqueue, interrupt), ``None`` when it starts now from ``origin`` (a session and the length
+    to fork it at; ``None``: all of it)."""
+
+    policy: str
+    active: list[Run]
+    after: Run | None
+    origin: tuple[Session, int | None]
+
+
+def _is_held(run: Run) -> bool:
+    """A run waiting for another to end (see :data:`HELD_UNTIL`)."""
+    return run.status == "queued" and run.after_run_id is not None and run.session_id is None
+
+
+def _lock_session_input(session_id: uuid.UUID) -> None:
+    """Serialise submissions on one session until the transaction ends. PostgreSQL: an
+    advisory lock keyed by the session (no row lock, so a finishing run's step commit, which
+    updates the session row, never waits for it); SQLite: the IMMEDIATE write lock already
+    does."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+            [SESSION_INPUT_LOCK_NAMESPACE, str(session_id)],
+        )
+
+
+def active_runs_on(session_id: uuid.UUID, *, lock: bool = False) -> list[Run]:
+    """The runs active on a session, oldest first: submitted on it (the run waiting or
+    working on its behalf) or working on it, not yet ended. ``lock``: row-locked (FOR
+    UPDATE), so none ends until the caller's transaction does."""
+    runs = Run.objects.filter(
+        Q(input_session_id=session_id) | Q(session_id=session_id),
+        status__in=sorted(ACTIVE),
+        parent__isnull=True,
+        kind="run",
+    ).order_by("id")
+    if lock:
+        runs = runs.select_for_update()
+    return list(runs)
+
+
+def _admit(session: Session, policy: str) -> _Admission | None:
+    """Decide a submission on ``session`` under its lock: ``None`` when no run is active there
+    (the run forks it as usual), else the admission (:class:`SessionBusy` for ``reject``)."""
+    _lock_session_input(session.id)
+    active = active_runs_on(session.id, lock=True)
+    if not active:
+        return None
+    if policy == "reject":
+        head = active[0]
+        raise session_services.SessionBusy(
+            f"the session has an active run ({head.status}); submit with input_policy "
+            "enqueue, interrupt or rollback to run after it, stop it or replace it",
+            details={
+                "session": str(session.id),
+                "run": str(head.id),
+                "status": head.status,
+                "active_runs": [str(r.id) for r in active],
+            },
+        )
+    live = [r for r in active if not _is_held(r)]
+    if policy == "enqueue":
+        return _Admission(policy, active, active[-1], (session, None))
+    if policy == "interrupt":
+        if live:
+            return _Admission(policy, active, live[-1], (session, None))
+        return _Admission(policy, active, None, _end_of(active[0]) or (session, None))
+    return _Admission(policy, active, None, _origin_of(active[0]) or (session, None))
+
+
+def _origin_of(run: Run) -> tuple[Session, int | None] | None:
+    """The conversation as it was before ``run`` began: where its working session was forked
+    from. A run without a recorded origin (the composed start's new, empty session, or a row
+    older than the field) began on its working session's fork edge, else on it empty."""
+    if run.origin_session_id is not None:
+        return Session.objects.get(pk=run.origin_session_id), run.origin_len
+    if run.session_id is None:
+        return _end_of(run)
+    edge = LineageEdge.objects.filter(child_id=run.session_id, op="fork").first()
+    if edge is not None:
+        return Session.objects.get(pk=edge.parent_id), edge.parent_len
+    return Session.objects.get(pk=run.session_id), 0
+
+
+def _end_of(run: Run) -> tuple[Session, int | None] | None:
+    """The conversation as ``run`` left it: its working session at its view's length; for a
+    run that never started (held), the end of the run it waited for, and so on."""
+    seen = 0
+    current: Run | None = run
+    while current is not None and seen < 10_000:
+        if current.session_id is not None:
+            return Session.objects.get(pk=current.session_id), current.session_len
+        if current.after_run_id is None:
+            if current.input_session_id is not None:
+                return Session.objects.get(pk=current.input_session_id), None
+            return None
+        current = Run.objects.filter(pk=current.after_run_id).first()
+        seen += 1
+    return None
+
+
+def _apply_admission(run: Run, admission: _Admission) -> None:
+    """Inside the submission's transaction, after ``run`` is inserted: its events and what its
+    policy does to the active runs (all row-locked by :func:`_admit`)."""
+    by = {"by_run": str(run.id), "by": run.created_by}
+    if admission.after is not None:
+        add_event(
+            run,
+            "run.enqueued",
+            data={
+                "after_run": str(admission.after.id),
+                "policy": admission.policy,
+                "position": len(admission.active),
+            },
+        )
+        run.save(update_fields=["event_seq", "updated_at"])
+    if admission.policy == "enqueue":
+        return
+    held = [r for r in admission.active if _is_held(r)]
+    live = [r for r in admission.active if not _is_held(r)]
+    # The waiting runs go first, newest first, so ending a run never releases one of them.
+    for waiting in reversed(held):
+        _stop_now(
+            waiting,
+            event="run.cancelled",
+            data={"reason": f"superseded by run {run.id}", **by},
+            superseded_by=run,
+        )
+    if admission.policy == "rollback":
+        origin, at = admission.origin
+        for active in reversed(live):
+            _stop_now(
+                active,
+                event="run.rolled_back",
+                data={"reason": f"rolled back by run {run.id}", **by},
+                superseded_by=run,
+            )
+        add_event(
+            run,
+            "run.rollback",
+            data={
+                "rolled_back": [str(r.id) for r in admission.active],
+                "from": {"session": str(origin.id), "length": run.origin_len},
+            },
+        )
+        run.save(update_fields=["event_seq", "updated_at"])
+        return
+    for active in live:  # interrupt
+        _request_stop(active, by_run=run)
+
+
+def _request_stop(run: Run, *, by_run: Run) -> None:
+    """Ask ``run`` to stop at its next step boundary (at once when it is not executing)."""
+    locked = Run.objects.select_for_update().get(pk=run.pk)
+    locked.stop_requested_at = timezone.now()
+    locked.superseded_by = by_run
+    add_event(locked, "run.interrupt_requested", data={"by_run": str(by_run.id)})
+    locked.save(update_fields=["stop_requested_at", "superseded_by", "event_seq", "updated_at"])
+    if locked.status != "running":
+        _interrupt_now(locked)
+
+
+def _interrupt_data(run: Run, checkpoint: int) -> dict[str, Any]:
+    by_run = str(run.superseded_by_id) if run.superseded_by_id else None
+    return {"reason": f"interrupted by run {by_run}", "by_run": by_run, "checkpoint": checkpoint}
+
+
+def _interrupt_now(run: Run) -> None:
+    """End a run whose stop was asked for and that is not executing (queued, waiting,
+    needs_review): ``cancelled`` with ``run.interrupted``; its branches are cancelled."""
+    current = Run.objects.get(pk=run.pk)
+    with contextlib.suppress(Conflict):  # claimed meanwhile (its executor stops it) or ended
+        _stop_now(
+            current,
+            event="run.interrupted",
+            data=_interrupt_data(current, current.checkpoint_seq),
+            expect=["queued", "waiting", "needs_review"],
+        )
+
+
+def _stop_now(
+    run: Run,
+    *,
+    event: str,
+    data: dict[str, Any],
+    superseded_by: Run | None = None,
+    expect: Sequence[str] | None = None,
+) -> Run:
+    """Cancel ``run`` with ``event`` (and every branch below it)."""
+    changes = RunChanges() if superseded_by is None else RunChanges(superseded_by=superseded_by)
+    stopped = run_transition(
+        run_id=run.id,
+        to="cancelled",
+        event=event,
+        data=data,
+        expect=sorted(ACTIVE) if expect is None else expect,
+        changes=changes,
+    )
+    for child in Run.objects.filter(parent=run).exclude(status__in=TERMINAL):
+        with contextlib.suppress(Conflict):
+            run_cancel(run=child, reason=f"parent {run.id} cancelled", actor=data.get("by", ""))
+    return stopped
+
+
+def run_interrupted(*, claim: Claim, step: str, state: dict[str, Any], checkpoint: int) -> Run:
+    """The executor stops a run whose interrupt was asked for, at a step boundary: it ends
+    ``cancelled`` with ``run.interrupted``, its committed checkpoints kept."""
+    row = Run.objects.only("id", "superseded_by_id").get(pk=claim.run_id)
+    return run_transition(
+        run_id=claim.run_id,
+        to="cancelled",
+        event="run.interrupted",
+        step=step,
+        data=_interrupt_data(row, checkpoint),
+        token=claim.token,
+        changes=RunChanges(state=state, state_seq=checkpoint),
+    )
+
+
+def _release_followers(run: Run) -> int:
+    """Inside the transaction that ended ``run`` (row-locked): start the runs waiting for it,
+    each on a fork of the conversation as it left it. Returns how many."""
+    followers = list(
+        Run.objects.select_for_update()
+        .filter(after_run_id=run.id, status="queued", session__isnull=True)
+        .order_by("id")
+    )
+    for follower in followers:
+        end = _end_of(run)
+        if end is None:  # no conversation to continue: the session it was submitted on
+            assert follower.input_session_id is not None
+            end = (Session.objects.get(pk=follower.input_session_id), None)
+        base, at = end
+        with session_context.writing(actor=follower.created_by or "api", run_id=follower.id):
+            working = session_services.session_fork(
+                session=base,
+                at=at,
+                title=_title(follower.workflow),
+                metadata={"run": str(follower.id)},
+                created_by=follower.created_by,
+            )
+        follower.session = working
+        follower.session_len = working.length
+        follower.origin_session = base
+        follower.origin_len = working.length if at is None else at
+        follower.wake_at = None
+        add_event(
+            follower,
+            "run.released",
+            data={
+                "after_run": str(run.id),
+                "after_status": run.status,
+                "session": str(working.id),
+                "from": {"session": str(base.id), "length": follower.origin_len},
+            },
+        )
+        follower.save(
+            update_fields=[
+                "session",
+                "session_len",
+                "origin_session",
+                "origin_len",
+                "wake_at",
+                "event_seq",
+                "updated_at",
+            ]
+        )
+        dispatch.on_commit(follower.id)
+    return len(followers)
+
+
+def run_release_followers(*, run_id: uuid.UUID) -> int:
+    """Start the runs waiting for ``run_id`` if it has ended (its own transaction, or the
+    caller's). The step commit that finishes a run calls it in the same transaction; the
+    reconciler calls it for a release that was missed. Safe to call twice."""
+    if not Run.objects.filter(after_run_id=run_id, status="queued").exists():
+        return 0
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status not in TERMINAL:
+            return 0
+        return _release_followers(run)
+
+
+def concurrent_input_repair(*, limit: int = 200) -> int:
+    """The reconciler's part: release runs whose predecessor ended without releasing them,
+    and end runs asked to stop that are no longer executing. Returns how many it changed."""
+    repaired = 0
+    missed = (
+        Run.objects.filter(
+            status="queued",
+            after_run__isnull=False,
+            session__isnull=True,
+            after_run__status__in=sorted(TERMINAL),
+        )
+        .values_list("after_run_id", flat=True)
+        .distinct()[:limit]
+    )
+    for predecessor in list(missed):
+        repaired += run_release_followers(run_id=predecessor)
+    stopping = Run.objects.filter(
+        stop_requested_at__isnull=False, status__in=["queued", "waiting", "needs_review"]
+    ).only("id")[:limit]
+    for run in list(stopping):
+        _interrupt_now(run)
+        if Run.objects.filter(pk=run.pk, status="cancelled").exists():
+            repaired += 1
+    return repaired
 
 
 def _arguments_digest(
@@ -512,20 +892,23 @@ def _arguments_digest(
     priority: int,
     token_budget: int | None,
     cost_budget_usd: Decimal | None,
+    input_policy: str | None = None,
 ) -> str:
-    """The request digest of an in-process submission (see :func:`run_create`)."""
-    return digest(
-        {
-            "workflow": workflow.name,
-            "plan": workflow.plan.hash,
-            "state": check_json_state(state or {}, where="state"),
-            "session": str(session.id) if session is not None else None,
-            "user_message": user_message,
-            "priority": priority,
-            "token_budget": token_budget,
-            "cost_budget_usd": None if cost_budget_usd is None else str(cost_budget_usd),
-        }
-    )
+    """The request digest of an in-process submission (see :func:`run_create`); an explicit
+    ``input_policy`` is part of it (none given: the digest is the one it always was)."""
+    arguments: dict[str, Any] = {
+        "workflow": workflow.name,
+        "plan": workflow.plan.hash,
+        "state": check_json_state(state or {}, where="state"),
+        "session": str(session.id) if session is not None else None,
+        "user_message": user_message,
+        "priority": priority,
+        "token_budget": token_budget,
+        "cost_budget_usd": None if cost_budget_usd is None else str(cost_budget_usd),
+    }
+    if input_policy is not None:
+        arguments["input_policy"] = input_policy
+    return digest(arguments)
 
 
 def _replayed(project: Project, idempotency_key: str | None, digest_of_request: str) -> Run | None:
@@ -571,6 +954,7 @@ class RunChanges(Changes):
     review_reason: str | Unset = UNSET
     plan: WorkflowPlan | Unset = UNSET
     fanout: dict[str, Any] | None | Unset = UNSET
+    superseded_by: Run | None | Unset = UNSET
 
 
 def run_transition(
@@ -624,8 +1008,12 @@ def run_transition(
             written += ["finished_at", "wake_at"]
         add_event(run, event, step=step, data=data)
         run.save(update_fields=list(dict.fromkeys([*written, "event_seq", "updated_at"])))
+        if to in TERMINAL:
+            _release_followers(run)  # the runs waiting for it: same transaction
     if to in TERMINAL | {"waiting", "needs_review"}:
         _release_session(run)
+    if run.stop_requested_at is not None and to in {"queued", "waiting", "needs_review"}:
+        _interrupt_now(run)  # asked to stop and no longer executing: that is its boundary
     if to in TERMINAL and run.parent_id is not None:
         branch_finished(run)
     if to == "queued":

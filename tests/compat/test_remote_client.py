@@ -232,3 +232,26 @@ def test_the_async_client_submits_waits_and_streams(server, registry, worker, pr
         "type": "run",
         "run": {"id": run["id"], "status": "succeeded", "next_nodes": [], "error": None},
     }
+
+
+def test_create_run_passes_the_concurrent_input_policy(
+    server, registry, project, make_token, session_with
+):
+    thread = session_with(2)
+    with flow.RemoteClient(server, token=make_token(), project=project.slug) as client:
+        first = client.create_run(assistant_id="linear", session_id=str(thread.id))
+        with pytest.raises(ConflictError) as busy:
+            client.create_run(
+                assistant_id="linear", session_id=str(thread.id), input_policy="reject"
+            )
+        assert busy.value.code == "session_busy"
+        queued = client.create_run(
+            assistant_id="linear", session_id=str(thread.id), input_policy="enqueue"
+        )
+        assert queued["input_policy"] == "enqueue"
+        assert queued["after_run"] == first["id"]
+        with pytest.raises(ValidationFailed):
+            client.create_run(
+                assistant_id="linear", session_id=str(thread.id), input_policy="later"
+            )
+    assert Run.objects.count() == 2  # the refused calls created nothing
