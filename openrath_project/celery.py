@@ -19,6 +19,20 @@ install_metrics_option(app)  # worker --metrics-port
 
 
 @worker_init.connect
+def _install_redis_acks(**kwargs: Any) -> None:
+    # Before the consumer opens its channel: kombu's Redis channels get acks that free the
+    # prefetch slot even when Redis fails (openrath_project/celery_transport.py; without it a
+    # worker that lost its slots to failed acks during a partition from Redis never consumed
+    # again). A kombu whose internals changed is refused rather than run unfixed.
+    from openrath_project.celery_transport import install
+
+    try:
+        install()
+    except RuntimeError as exc:
+        raise SystemExit(f"the Celery worker cannot start: {exc}") from None
+
+
+@worker_init.connect
 def _refuse_unmigrated_worker(**kwargs: Any) -> None:
     from openrath_project.startup import require_migrations_applied, require_workflow_modules
 
@@ -50,3 +64,29 @@ def _refuse_unmigrated_beat(**kwargs: Any) -> None:
     from openrath_project.startup import require_migrations_applied
 
     require_migrations_applied("Celery beat")
+
+
+@app.on_after_configure.connect
+def _schedule_webhook_deliveries(sender: Celery, source: Any, **kwargs: Any) -> None:
+    # Webhook deliveries run on their own queue, sent by beat every few seconds (not inside the
+    # reconcile task: a slow receiver must not lengthen its pass). A worker started without -Q
+    # consumes the default queue and this one; -Q webhooks / -Q celery split them between
+    # workers (docs/operations.md, "Webhooks"). A pass that waited longer than five intervals
+    # is dropped (the next one does its work).
+    from kombu import Exchange, Queue
+
+    from webhooks_app import DELIVER_EVERY_SECONDS, DELIVER_TASK, DELIVERY_QUEUE
+
+    if not source.get("task_queues"):
+        default = source.get("task_default_queue") or "celery"
+        source["task_queues"] = tuple(
+            Queue(name, Exchange(name), routing_key=name) for name in (default, DELIVERY_QUEUE)
+        )
+    source["beat_schedule"] = {
+        **(source.get("beat_schedule") or {}),
+        "openrath-webhooks": {
+            "task": DELIVER_TASK,
+            "schedule": DELIVER_EVERY_SECONDS,
+            "options": {"queue": DELIVERY_QUEUE, "expires": 5 * DELIVER_EVERY_SECONDS},
+        },
+    }

@@ -1,5 +1,7 @@
 """Every write of webhooks: subscriptions (create, change, enable, disable, delete), manual
-redelivery, and the delivery loop (:func:`deliver_due`) the reconciler runs.
+redelivery, and the delivery loop (:func:`deliver_due`) that the Celery task
+``webhooks_app.tasks.deliver`` runs (with Celery) or the reconciler's pass (without it:
+:func:`delivers_in_reconciler`).
 
 Locking: a claim is one short transaction (``SKIP LOCKED`` on the due deliveries, then their
 timer pushed past the attempt's time limit); the POST runs with no transaction open; its outcome
@@ -59,7 +61,23 @@ def target_policy() -> TargetPolicy:
     )
 
 
+#: The longest URL and description a subscription keeps (the columns' sizes).
+URL_MAX_CHARS = 2000
+DESCRIPTION_MAX_CHARS = 300
+
+
+def _check_text(field: str, value: str, limit: int) -> None:
+    """A 400 for what the column cannot hold (PostgreSQL refuses NUL in text), not a 500."""
+    if "\x00" in value:
+        raise ValidationFailed(f"{field} may not contain NUL characters", details={field: "NUL"})
+    if len(value) > limit:
+        raise ValidationFailed(
+            f"{field} is longer than {limit} characters", details={field: len(value)}
+        )
+
+
 def _check_target(url: str) -> None:
+    _check_text("url", url, URL_MAX_CHARS)
     try:
         vet_target(url, target_policy())
     except TargetRefused as exc:
@@ -91,6 +109,7 @@ def webhook_create(
     The URL is checked now (and again at every delivery)."""
     kinds = _check_types(event_types)
     _check_target(url)
+    _check_text("description", description, DESCRIPTION_MAX_CHARS)
     secret = secrets.new_secret()
     subscription = WebhookSubscription.objects.create(
         tenant_id=project.tenant_id,
@@ -121,6 +140,7 @@ def webhook_update(
         subscription.event_types = _check_types(event_types)
         changed.append("event_types")
     if description is not None:
+        _check_text("description", description, DESCRIPTION_MAX_CHARS)
         subscription.description = description
         changed.append("description")
     if changed:
@@ -465,13 +485,23 @@ def _disable_if_failing(subscription_id: Any, now: datetime) -> bool:
     return True
 
 
+def delivers_in_reconciler() -> bool:
+    """Whether the reconciler's pass delivers webhooks itself: only where there is no Celery
+    (``OPENRATH_DISPATCH`` ``local``: the embedded threads; ``none``: database workers). With
+    Celery (``celery``, production) beat sends the delivery task to its own queue
+    (``webhooks_app.DELIVERY_QUEUE``) instead, so a slow receiver never lengthens a reconciler
+    pass."""
+    return str(_setting("OPENRATH_DISPATCH", "local")) != "celery"
+
+
 def deliver_due(
     *, now: datetime | None = None, limit: int | None = None, batch: int = 5
 ) -> DeliveryTick:
     """Attempt due deliveries, ``batch`` claimed at a time, up to ``limit``
     (``WEBHOOK_TICK_LIMIT``) or until ``WEBHOOK_TICK_SECONDS`` have passed (a pass may overrun
     it by one batch of attempt timeouts). Safe to run in any number of processes at once. The
-    reconciler calls it every pass; with nothing due it is one indexed query."""
+    delivery task (or the reconciler, :func:`delivers_in_reconciler`) calls it every few
+    seconds; with nothing due it is one indexed query."""
     limit = int(_setting("WEBHOOK_TICK_LIMIT", 50)) if limit is None else limit
     budget = float(_setting("WEBHOOK_TICK_SECONDS", 10.0))
     started = time.monotonic()
