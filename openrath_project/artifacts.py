@@ -194,7 +194,11 @@ def _write(storage: Storage, key: str, content: IO[bytes], size: int, media_type
         if stored_size == size:
             # Deduplicated: the bytes are already there (made durable here too: the put that
             # wrote them may have died before it could, and before anything referenced them).
+            # Its modification time is refreshed: retention deletes an unreferenced artifact
+            # only once it is older than a grace age, and this put's reference is not
+            # committed yet (retention_app, "Artifacts").
             _storage_call("write", key, lambda: _make_durable(storage, key))
+            _storage_call("write", key, lambda: _touch(storage, key))
             return
         # A partial write (a local file cut short by a crash): replace it.
         logger.warning(
@@ -209,6 +213,30 @@ def _write(storage: Storage, key: str, content: IO[bytes], size: int, media_type
     if saved != key:  # lost a race to an identical write
         _storage_call("delete", saved, lambda: storage.delete(saved))
     _storage_call("write", key, lambda: _make_durable(storage, key))
+
+
+def _touch(storage: Storage, key: str) -> None:
+    """Set the stored object's modification time to now: ``utime`` of a local file; on S3 a
+    copy of the object onto itself with its metadata restated (S3 has no other way to change
+    ``LastModified``; the bytes are copied server-side, not sent again)."""
+    try:
+        os.utime(storage.path(key))
+        return
+    except NotImplementedError:
+        pass
+    bucket = getattr(storage, "bucket", None)
+    if bucket is None:  # neither a local file system nor S3: nothing to refresh
+        return
+    from storages.utils import clean_name  # the S3 backend's own naming, as its _save uses it
+
+    name = storage._normalize_name(clean_name(key))  # type: ignore[attr-defined]
+    stored = bucket.Object(name)
+    stored.copy_from(
+        CopySource={"Bucket": bucket.name, "Key": name},
+        MetadataDirective="REPLACE",
+        ContentType=stored.content_type or DEFAULT_MEDIA_TYPE,
+        Metadata=stored.metadata or {},
+    )
 
 
 def _make_durable(storage: Storage, key: str) -> None:

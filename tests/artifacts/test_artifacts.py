@@ -299,3 +299,23 @@ def test_ensure_bucket_cli_names_a_missing_variable(monkeypatch, capsys):
     monkeypatch.delenv("S3_BUCKET", raising=False)
     assert main(["--ensure-bucket"]) == 2
     assert capsys.readouterr().err == "error: S3_BUCKET is not set\n"
+
+
+def test_a_deduplicated_put_refreshes_the_stored_objects_modification_time(storage):
+    # Retention deletes an unreferenced artifact only once it is older than its grace age; a
+    # put of the same bytes is about to be referenced, so the object must look new again.
+    ref = artifact_put(tenant_id=TENANT_A, data=b"same bytes")
+    first = storage.get_modified_time(ref.key)
+    try:
+        path = storage.path(ref.key)
+    except NotImplementedError:
+        time.sleep(1.1)  # S3's LastModified has a resolution of one second
+    else:
+        old = first.timestamp() - 7200
+        os.utime(path, (old, old))
+        first = storage.get_modified_time(ref.key)
+    again = artifact_put(tenant_id=TENANT_A, data=b"same bytes")
+    assert again.key == ref.key
+    assert storage.get_modified_time(ref.key) > first
+    with storage.open(ref.key) as stored:
+        assert stored.read() == b"same bytes"
