@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "memory_app",
     "schedules_app",
     "webhooks_app",
+    "retention_app",
     # The shell: process commands (serve, quickstart, run_worker, ...); wires the ports at ready.
     "openrath_project.server",
 ]

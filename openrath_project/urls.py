@@ -18,6 +18,7 @@ from openrath_project import health, metrics_view
 from openrath_project.console import views as console_views
 from openrath_project.errors import error_body
 from openrath_project.tenancy.api.views import AuditViewSet, ProjectViewSet
+from retention_app.api.views import RetentionPolicyViewSet
 from runs_app.api.compare import RunCompareView
 from runs_app.api.forks import RunForkListView, RunForkView
 from runs_app.api.replay import RunReplayView
@@ -39,6 +40,7 @@ router.register("audit", AuditViewSet, basename="audit")
 router.register("memory", MemoryViewSet, basename="memory")
 router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("webhooks", WebhookViewSet, basename="webhook")
+router.register("retention", RetentionPolicyViewSet, basename="retention")
 
 api_v1 = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

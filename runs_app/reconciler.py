@@ -18,14 +18,15 @@ from django.utils import timezone
 
 from openrath_project import metrics
 from openrath_project.errors import Conflict
+from retention_app.services import retention_due
 from runs_app import dispatch
 from runs_app.interrupts import interrupts_expire
 from runs_app.models import Run, WorkflowPlan
 from runs_app.services.leases import StaleLease
-from runs_app.services.runs import RunChanges, run_transition
+from runs_app.services.runs import RunChanges, concurrent_input_repair, run_transition
 from runs_app.transitions import TERMINAL
 from schedules_app.services import fire_due
-from webhooks_app.services import deliver_due
+from webhooks_app.services import deliver_due, delivers_in_reconciler
 
 #: A step may be re-run after its worker died at most this many times (beyond its retries).
 MAX_CRASH_ATTEMPTS = 3
@@ -42,6 +43,9 @@ class Reconciled:
     failed_crashes: int = 0
     schedules_started: int = 0
     webhooks_delivered: int = 0
+    retention_passes: int = 0
+    #: Concurrent input: waiting runs released late and stop requests honoured late.
+    inputs_repaired: int = 0
 
 
 def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reconciled:
@@ -101,6 +105,9 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
         except Conflict:
             continue  # running: its worker's watchdog stops it
     result.expired_interrupts = interrupts_expire(now=now)
+    # A waiting (enqueued) run whose predecessor ended without releasing it, and a run asked
+    # to stop that is no longer executing (docs/concurrent-input.md).
+    result.inputs_repaired = concurrent_input_repair()
     due = list(
         Run.objects.filter(status="queued")
         .filter(Q(wake_at__isnull=True) | Q(wake_at__lte=now))
@@ -117,8 +124,13 @@ def reconcile(*, now: datetime | None = None, dispatch_limit: int = 500) -> Reco
     # dispatched on commit like any other. Never at a later "now" than the clock's: a caller
     # moving time forward to expire leases must not fire tomorrow's ticks today.
     result.schedules_started = fire_due(now=min(now, timezone.now())).started
-    # Due webhook deliveries (bounded by WEBHOOK_TICK_LIMIT / WEBHOOK_TICK_SECONDS; no lock held).
-    result.webhooks_delivered = deliver_due(now=now).succeeded
+    # Due webhook deliveries (bounded by WEBHOOK_TICK_LIMIT / WEBHOOK_TICK_SECONDS; no lock held),
+    # only without Celery: with it they run on their own queue (webhooks_app.tasks.deliver).
+    if delivers_in_reconciler():
+        result.webhooks_delivered = deliver_due(now=now).succeeded
+    # Due retention passes (bounded by RETENTION_TICK_SECONDS; each policy claimed once), at
+    # the clock's time for the same reason as schedules.
+    result.retention_passes = retention_due(now=min(now, timezone.now())).passes
     return result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from openrath_project.console import schedules, views
+from openrath_project.console import queues, retention, schedules, views, webhooks
 
 app_name = "console"
 
@@ -50,6 +50,35 @@ urlpatterns = [
         schedules.schedule_resume_view,
         name="schedule-resume",
     ),
+    path("webhooks/", webhooks.webhooks, name="webhooks"),
+    path("webhooks/new/", webhooks.webhook_create_view, name="webhook-create"),
+    path("webhooks/<uuid:webhook_id>/", webhooks.webhook_detail, name="webhook"),
+    path("webhooks/<uuid:webhook_id>/enable/", webhooks.webhook_enable_view, name="webhook-enable"),
+    path(
+        "webhooks/<uuid:webhook_id>/disable/", webhooks.webhook_disable_view, name="webhook-disable"
+    ),
+    path("webhooks/<uuid:webhook_id>/delete/", webhooks.webhook_delete_view, name="webhook-delete"),
+    path(
+        "webhooks/<uuid:webhook_id>/deliveries/<uuid:delivery_id>/redeliver/",
+        webhooks.delivery_redeliver_view,
+        name="webhook-redeliver",
+    ),
+    path("retention/", retention.retention, name="retention"),
+    path("retention/new/", retention.retention_create_view, name="retention-create"),
+    path(
+        "retention/<uuid:policy_id>/preview/",
+        retention.retention_preview_view,
+        name="retention-preview",
+    ),
+    path(
+        "retention/<uuid:policy_id>/apply/", retention.retention_apply_view, name="retention-apply"
+    ),
+    path(
+        "retention/<uuid:policy_id>/delete/",
+        retention.retention_delete_view,
+        name="retention-delete",
+    ),
+    path("queues/", queues.queues, name="queues"),
     path("sessions/", views.sessions, name="sessions"),
     path("sessions/compare/", views.session_compare, name="compare"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="session"),

@@ -3,7 +3,8 @@ them, a fingerprint of the database, and the comparison of "not found" bodies.
 
 Tenant A is ``acme`` (the suite's ``tenant``) with project ``research`` (its objects), ``ops``
 (where the project-limited token lives) and ``a-only-lab`` (found by slug only by A). Tenant B
-is ``globex`` with its ``research`` project and nothing in it.
+is ``globex`` with its ``research`` project and nothing in it but its own retention policy
+and pass (:func:`build_other_tenant_rows`, made before the outsiders' "before" answers).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from openrath_project.tenancy.models import (
     Tenant,
 )
 from openrath_project.tenancy.services import audit_record, token_create, token_revoke
+from retention_app import services as retention_services
+from retention_app.models import RetentionPass, RetentionPolicy
 from runs_app import reconciler
 from runs_app import services as run_services
 from runs_app.interrupts import interrupt_resolve
@@ -54,6 +57,8 @@ from webhooks_app.models import WebhookAttempt, WebhookDelivery, WebhookSubscrip
 
 #: Text only tenant A's objects hold: none of it may reach another principal.
 SECRET = "A-SECRET"
+#: A's retention limits: ten years, older than anything of the world.
+RETENTION_KEEPS_ALL = 10 * 365 * 24 * 3600
 #: Over the 64 KiB inline limit: the run keeps this state value as an artifact.
 LARGE = "L" * (70 * 1024)
 #: The apps whose model permissions admin staff get in the sweep (as tests/console do).
@@ -65,6 +70,7 @@ ADMIN_APPS = (
     "memory_app",
     "schedules_app",
     "webhooks_app",
+    "retention_app",
 )
 
 
@@ -100,6 +106,9 @@ class World:
     webhook: WebhookSubscription
     delivery: WebhookDelivery
     attempt: WebhookAttempt
+    #: A's retention policy (its limits remove nothing of the world) and the pass it applied.
+    retention_policy: RetentionPolicy
+    retention_pass: RetentionPass
     #: Placeholders of paths and bodies (``{session}``) -> their value.
     ids: dict[str, str] = field(default_factory=dict)
 
@@ -135,6 +144,7 @@ class World:
             str(self.webhook.id),
             str(self.delivery.id),
             self.delivery.webhook_id,
+            str(self.retention_policy.id),
             *(u.username for u in self.users.values()),
         ]
         return [v for v in values if v and v not in known]
@@ -173,7 +183,7 @@ def build_world(
     """Tenant A's objects: a session with chunks (one an artifact), its fork, a run waiting on
     its approval, a run stopped on an ambiguous effect, a finished run with its fork and its
     replay, a schedule with a fire, a webhook subscription with a delivery and its attempt, a
-    memory entry, audit rows, a token."""
+    retention policy with a pass, a memory entry, audit rows, a token."""
     lab = ProjectFactory(tenant=tenant, slug="a-only-lab", name=f"{SECRET} lab")
     artifact = artifact_put(
         tenant_id=tenant.id, data=f"{SECRET}-ARTIFACT".encode(), media_type="text/plain"
@@ -276,6 +286,19 @@ def build_world(
         latency_ms=5,
         error=f"{SECRET}-ERROR",
     )
+    # Limits no object of the world is beyond (an apply, the controls' too, removes nothing);
+    # the pass is a real one, its actor A's text.
+    retention_policy = retention_services.policy_create(
+        project=project,
+        created_by=f"{SECRET}-RETENTION",
+        runs_max_age_seconds=RETENTION_KEEPS_ALL,
+        sessions_max_age_seconds=RETENTION_KEEPS_ALL,
+    )
+    retention_services.retention_apply(
+        policy=retention_policy, trigger="command", actor=f"{SECRET}-RETENTION-PASS"
+    )
+    retention_pass = RetentionPass.objects.unscoped().get(policy=retention_policy)
+    retention_policy.refresh_from_db()
     memory = memory_services.memory_remember(project=project, text=f"{SECRET}-FACT zebra")[0]
     token, _ = token_create(tenant=tenant, name=f"{SECRET}-TOKEN", grants=["runs:read"])
     audit = audit_record(
@@ -321,6 +344,8 @@ def build_world(
         webhook=webhook,
         delivery=delivery,
         attempt=attempt,
+        retention_policy=retention_policy,
+        retention_pass=retention_pass,
     )
     world.ids = {
         "tenant": str(tenant.id),
@@ -348,8 +373,36 @@ def build_world(
         "webhook": str(webhook.id),
         "delivery": str(delivery.id),
         "webhook_attempt": str(attempt.id),
+        "retention_policy": str(retention_policy.id),
+        "retention_pass": str(retention_pass.id),
+        "retention_actor": retention_pass.actor,
     }
     return world
+
+
+@dataclass(frozen=True)
+class OtherTenantRows:
+    """B's own retention policy (limits that would remove everything B has) and its pass."""
+
+    policy: RetentionPolicy
+    passed: RetentionPass
+
+
+def build_other_tenant_rows(foreign_project: Project) -> OtherTenantRows:
+    """B's retention policy and a pass it applied, made before A has any object: B's lists and
+    pass log show them, before and after, and nothing of A's joins them."""
+    policy = retention_services.policy_create(
+        project=foreign_project,
+        created_by="user:b-setup",
+        runs_keep_last=0,
+        sessions_keep_last=0,
+        events_keep_last=1,
+        checkpoints_keep_last=1,
+        artifacts_grace_seconds=3600,
+    )
+    retention_services.retention_apply(policy=policy, trigger="command", actor="user:b-setup")
+    policy.refresh_from_db()
+    return OtherTenantRows(policy, RetentionPass.objects.unscoped().get(policy=policy))
 
 
 # --- Principals ---------------------------------------------------------------------------------
@@ -425,6 +478,8 @@ FINGERPRINTED: tuple[type[models.Model], ...] = (
     WebhookSubscription,
     WebhookDelivery,
     WebhookAttempt,
+    RetentionPolicy,
+    RetentionPass,
 )
 
 

@@ -37,6 +37,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -47,24 +48,30 @@ from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.messages import get_messages
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memory_app.models import MemoryStats, MemoryTerm
 from openrath_project.api.throttling import local_buckets
+from openrath_project.artifacts import artifact_exists
 from openrath_project.asgi import application
 from openrath_project.tenancy.fixed_columns import owned_models, owner_columns
 from openrath_project.tenancy.models import ApiToken, AuditEvent, Membership, Project
 from openrath_project.tenancy.services import token_create
 from openrath_project.ws.db import close_db_pool
+from retention_app import services as retention_services
+from retention_app.models import RetentionPass, RetentionPolicy
 from runs_app.models import Checkpoint, Run, RunEvent
 from sessions_app.models import Chunk, LineageEdge
 from tests.factories import MembershipFactory
 from tests.hardening.isolation_routes import coverage_problems, http_routes, websocket_routes
 from tests.hardening.isolation_world import (
     SECRET,
+    OtherTenantRows,
     World,
     audit_successes_since,
     audit_watermark,
+    build_other_tenant_rows,
     build_world,
     fingerprint,
     fingerprint_diff,
@@ -469,6 +476,69 @@ API_TABLE: dict[str, list[Api]] = {
     "api/v1/^webhooks/(?P<pk>[^/.]+)/enable/$": [
         Api(WRITE, "POST", "/api/v1/webhooks/{webhook}/enable/", "webhook", control=22),
     ],
+    # Retention policies (projects:write to change or apply; a dry run and the pass log read).
+    "api/v1/^retention/$": [
+        Api(LIST, "GET", "/api/v1/retention/", sees="retention_policy"),
+        Api(
+            CREATE,
+            "POST",
+            "/api/v1/retention/",
+            target="project",
+            body={"project": "{project}", "runs_keep_last": 1000},
+            ok=(201,),
+            control=33,  # after the delete (control 32): one policy per project
+        ),
+    ],
+    "api/v1/^retention/preview/$": [
+        # A dry run of a draft: a read sent by POST, as a recall.
+        Api(
+            RECALL,
+            "POST",
+            "/api/v1/retention/preview/",
+            target="project",
+            body={"project": "{project}", "runs_keep_last": 0, "sessions_keep_last": 0},
+        ),
+    ],
+    "api/v1/^retention/(?P<pk>[^/.]+)/$": [
+        Api(READ, "GET", "/api/v1/retention/{retention_policy}/", target="retention_policy"),
+        Api(
+            WRITE,
+            "PATCH",
+            "/api/v1/retention/{retention_policy}/",
+            "retention_policy",
+            {"interval_seconds": 7200},
+            control=23,
+        ),
+        Api(
+            WRITE,
+            "DELETE",
+            "/api/v1/retention/{retention_policy}/",
+            "retention_policy",
+            ok=(204,),
+            control=32,
+        ),
+    ],
+    "api/v1/^retention/(?P<pk>[^/.]+)/preview/$": [
+        Api(READ, "GET", "/api/v1/retention/{retention_policy}/preview/", "retention_policy"),
+    ],
+    "api/v1/^retention/(?P<pk>[^/.]+)/apply/$": [
+        Api(
+            WRITE,
+            "POST",
+            "/api/v1/retention/{retention_policy}/apply/",
+            "retention_policy",
+            control=24,
+        ),
+    ],
+    "api/v1/^retention/(?P<pk>[^/.]+)/passes/$": [
+        Api(
+            READ,
+            "GET",
+            "/api/v1/retention/{retention_policy}/passes/",
+            target="retention_policy",
+            sees="retention_actor",
+        ),
+    ],
 }
 
 #: Status by kind, for anonymous, revoked, other_tenant, other_project, viewer.
@@ -658,6 +728,104 @@ CONSOLE_TABLE: dict[str, list[Page]] = {
             viewer=403,
         ),
     ],
+    "console/webhooks/": [Page(PAGE, "GET", f"{C}/webhooks/")],
+    "console/webhooks/new/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/webhooks/new/",
+            target="project",
+            body={
+                "project": "{project}",
+                "url": "http://127.0.0.1:9/iso-hook",
+                "event_types": "run.succeeded",
+            },
+            ok=(201,),
+            control=12,
+            viewer=403,
+            viewer_knows_target=True,
+        ),
+    ],
+    "console/webhooks/<uuid:webhook_id>/": [
+        Page(OBJECT, "GET", f"{C}/webhooks/{{webhook}}/", target="webhook"),
+    ],
+    "console/webhooks/<uuid:webhook_id>/disable/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/webhooks/{{webhook}}/disable/",
+            "webhook",
+            {"reason": "iso"},
+            control=13,
+            viewer=403,
+        ),
+    ],
+    "console/webhooks/<uuid:webhook_id>/enable/": [
+        Page(
+            ACTION, "POST", f"{C}/webhooks/{{webhook}}/enable/", "webhook", control=14, viewer=403
+        ),
+    ],
+    "console/webhooks/<uuid:webhook_id>/deliveries/<uuid:delivery_id>/redeliver/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/webhooks/{{webhook}}/deliveries/{{delivery}}/redeliver/",
+            "webhook",
+            control=15,
+            viewer=403,
+        ),
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/webhooks/{{webhook}}/deliveries/{{delivery}}/redeliver/",
+            "delivery",
+            control=16,
+            ok=(302, 409),  # the redelivery above (control 15) has already reopened it
+            viewer=403,
+        ),
+    ],
+    "console/webhooks/<uuid:webhook_id>/delete/": [
+        Page(
+            ACTION, "POST", f"{C}/webhooks/{{webhook}}/delete/", "webhook", control=17, viewer=403
+        ),
+    ],
+    "console/queues/": [Page(PAGE, "GET", f"{C}/queues/")],
+    "console/retention/": [Page(PAGE, "GET", f"{C}/retention/")],
+    "console/retention/new/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/retention/new/",
+            target="project",
+            body={"project": "{project}", "runs_keep_last": "1000"},
+            control=20,  # after the delete (control 19): one policy per project
+            viewer=403,
+            viewer_knows_target=True,
+        ),
+    ],
+    "console/retention/<uuid:policy_id>/preview/": [
+        Page(OBJECT, "GET", f"{C}/retention/{{retention_policy}}/preview/", "retention_policy"),
+    ],
+    "console/retention/<uuid:policy_id>/apply/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/retention/{{retention_policy}}/apply/",
+            "retention_policy",
+            control=18,
+            viewer=403,
+        ),
+    ],
+    "console/retention/<uuid:policy_id>/delete/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/retention/{{retention_policy}}/delete/",
+            "retention_policy",
+            control=19,
+            viewer=403,
+        ),
+    ],
     "console/sessions/": [
         Page(PAGE, "GET", f"{C}/sessions/"),
         Page(OBJECT, "GET", f"{C}/sessions/?before={{session}}", "session", outsider=200),
@@ -704,6 +872,8 @@ ADMIN_MODELS: dict[str, tuple[str, str]] = {
     "webhooks_app/webhooksubscription": ("webhook", "disable_webhooks"),
     "webhooks_app/webhookdelivery": ("delivery", "redeliver"),
     "webhooks_app/webhookattempt": ("webhook_attempt", "delete_selected"),
+    "retention_app/retentionpolicy": ("retention_policy", "apply_policies"),
+    "retention_app/retentionpass": ("retention_pass", "delete_selected"),
 }
 #: Django's own history view looks the row up before it checks the model permission, and the
 #: stock user and group admins are not tenant-scoped (users and groups belong to no tenant):
@@ -721,6 +891,7 @@ ADMIN_APP_LABELS = (
     "memory_app",
     "schedules_app",
     "webhooks_app",
+    "retention_app",
 )
 #: A change or add form as the admin would post it (each model's form takes what it knows).
 ADMIN_FORM = {
@@ -1008,7 +1179,22 @@ def quiet(settings, tmp_path):
 
 
 @pytest.fixture
-def make_world(registry, tenant, project, other_project, other_tenant, foreign_project, quiet):  # noqa: F811
+def other_tenant_rows(foreign_project, quiet) -> OtherTenantRows:
+    """B's own retention policy and pass, there before the outsiders' "before" answers."""
+    return build_other_tenant_rows(foreign_project)
+
+
+@pytest.fixture
+def make_world(
+    registry,  # noqa: F811
+    tenant,
+    project,
+    other_project,
+    other_tenant,
+    foreign_project,
+    quiet,
+    other_tenant_rows,
+):
     """Builds tenant A's objects when called: after the outsiders' "before" answers."""
 
     def make() -> World:
@@ -1625,4 +1811,114 @@ def test_public_routes_hold_no_tenant_data(make_world, settings):
     settings.OPENRATH_METRICS_ALLOWED_CIDRS = ["10.0.0.0/8"]
     refused = anonymous.get("/metrics")
     failures.check(refused.status_code == 403, f"GET /metrics from outside: {refused.status_code}")
+    assert not failures, failures.report()
+
+
+# --- 7. Retention: B's own policy reaches nothing of A ---------------------------------------
+
+
+def _removed_nothing(body: dict[str, Any]) -> bool:
+    return all(m["count"] == 0 for m in body["removed"].values()) and not any(
+        body["sample"].values()
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_tenants_retention_reaches_nothing_of_a(
+    make_world, other_tenant_rows, tenant, project, other_project, other_tenant, foreign_project
+):
+    """B's policy would remove everything B has (B has nothing else): its dry runs, its pass
+    log and its applies (the API's, the console's, the admin's, and a pass ten years on that
+    also sweeps artifacts) see and remove nothing of A's, and show only B's own rows."""
+    tokens = make_tokens(
+        tenant=tenant, project=project, other_project=other_project, other_tenant=other_tenant
+    )
+    b_users = other_tenant_users(other_tenant)
+    world = make_world()
+    markers = world.markers()
+    own = str(other_tenant_rows.policy.id)
+    b = APIClient(raise_request_exception=False)
+    b.credentials(HTTP_AUTHORIZATION=f"Bearer {tokens.other_tenant}")
+    before = fingerprint()
+    a_retention = (
+        sorted(RetentionPolicy.objects.unscoped().filter(tenant=tenant).values_list()),
+        sorted(RetentionPass.objects.unscoped().filter(tenant=tenant).values_list()),
+    )
+    failures = Failures()
+
+    def answered(label: str, response: Any, status: int) -> Any:
+        failures.check(
+            response.status_code == status,
+            f"{label}: {response.status_code}, expected {status}: {response.content[:300]!r}",
+        )
+        found = leaked(response.content, markers)
+        failures.check(not found, f"{label}: the answer holds A's {found}")
+        is_json = str(response.get("Content-Type", "")).startswith("application/json")
+        return response.json() if response.status_code == status and is_json else None
+
+    listed = answered("B lists its policies", b.get("/api/v1/retention/"), 200)
+    if listed is not None:
+        failures.check([p["id"] for p in listed["results"]] == [own], f"B lists {listed}")
+    passes = answered("B's pass log", b.get(f"/api/v1/retention/{own}/passes/"), 200)
+    if passes is not None:
+        failures.check(
+            [p["id"] for p in passes["results"]] == [other_tenant_rows.passed.id],
+            f"B's pass log holds {passes['results']}",
+        )
+    draft = {"project": str(foreign_project.id), "runs_keep_last": 0, "sessions_keep_last": 0}
+    for label, response in (
+        ("B's dry run", b.get(f"/api/v1/retention/{own}/preview/")),
+        ("B's draft dry run", b.post("/api/v1/retention/preview/", draft, format="json")),
+        ("B's apply", b.post(f"/api/v1/retention/{own}/apply/")),
+    ):
+        report = answered(label, response, 200)
+        if report is not None:
+            failures.check(_removed_nothing(report), f"{label} removes {report}")
+
+    console = logged_in(b_users["user"])
+    dry_run = console.get(f"/console/retention/{own}/preview/")
+    answered("B's console dry run", dry_run, 200)
+    counts = re.findall(
+        r'data-kind="\w+"><td>\w+</td><td class="mono">(\d+)<', dry_run.content.decode()
+    )
+    failures.check(bool(counts) and set(counts) == {"0"}, f"B's console dry run removes {counts}")
+    answered("B's console apply", console.post(f"/console/retention/{own}/apply/"), 302)
+    page = console.get("/console/retention/")
+    answered("B's console page", page, 200)
+    failures.check(own in page.content.decode(), "B's console page does not show B's policy")
+    staff = logged_in(b_users["staff"])
+    selected = {
+        "action": "apply_policies",
+        "_selected_action": [own],
+        "apply": "yes",
+        "post": "yes",
+    }
+    applied = staff.post(f"{ADMIN}retention_app/retentionpolicy/", selected)
+    answered("B's admin apply", with_messages(staff, applied), 302)
+    # Ten years on, with B's artifact sweep: A's rows and artifacts are not B's to judge.
+    far = timezone.now() + timedelta(days=3650)
+    report = retention_services.retention_apply(
+        policy=RetentionPolicy.objects.unscoped().get(id=own), trigger="command", now=far
+    )
+    failures.check(_removed_nothing(report.as_dict()), f"B's pass ten years on: {report}")
+
+    b_passes = RetentionPass.objects.unscoped().filter(policy_id=own).count()
+    failures.check(b_passes == 5, f"B's passes: {b_passes}, expected its first and 4 applies")
+    changed = set(fingerprint_diff(before, fingerprint()))
+    failures.check(
+        changed <= {"retention_app.RetentionPolicy", "retention_app.RetentionPass"},
+        f"B's retention changed {changed}",
+    )
+    failures.check(
+        a_retention
+        == (
+            sorted(RetentionPolicy.objects.unscoped().filter(tenant=tenant).values_list()),
+            sorted(RetentionPass.objects.unscoped().filter(tenant=tenant).values_list()),
+        ),
+        "B's retention changed A's policy or passes",
+    )
+    for digest in (world.session_digest, world.run_digest):
+        failures.check(
+            artifact_exists(tenant_id=tenant.id, digest=digest), f"A's artifact {digest} is gone"
+        )
     assert not failures, failures.report()

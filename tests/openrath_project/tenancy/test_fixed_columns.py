@@ -42,6 +42,8 @@ def test_every_model_with_a_tenant_or_project_is_guarded():
         "webhooks_app.WebhookSubscription",
         "webhooks_app.WebhookDelivery",
         "webhooks_app.WebhookAttempt",
+        "retention_app.RetentionPolicy",
+        "retention_app.RetentionPass",
         "memory_app.MemoryEntry",
         "memory_app.MemoryTerm",
         "memory_app.MemoryStats",
