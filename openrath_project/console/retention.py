@@ -19,8 +19,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from openrath_project.api.audit import audit_note
 from openrath_project.console.access import Console, console_page
+from openrath_project.console.schema_form import optional_int
 from openrath_project.console.views import ActionError, _base, _filtered
-from openrath_project.errors import DomainError, ValidationFailed
+from openrath_project.errors import DomainError
 from openrath_project.tenancy.selectors import project_get
 from retention_app import selectors, services
 from retention_app.models import RetentionPass
@@ -100,17 +101,6 @@ def retention_preview_view(
     return _page(request, console, report=report, report_policy=policy)
 
 
-def _int_or_none(raw: str, field: str) -> int | None:
-    if not raw.strip():
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValidationFailed(
-            f"{field} must be a whole number", details={field: ["not a number"]}
-        ) from None
-
-
 @require_POST
 @console_page(grant="projects:write", action="retention.create", object_type="retention_policy")
 def retention_create_view(request: HttpRequest, console: Console) -> HttpResponse:
@@ -118,7 +108,7 @@ def retention_create_view(request: HttpRequest, console: Console) -> HttpRespons
     try:
         project = project_get(principal=console.principal, ref=form["project"])
         audit_note(request, project=project)
-        values: dict[str, Any] = {name: _int_or_none(form[name], name) for name in _LIMIT_FIELDS}
+        values: dict[str, Any] = {name: optional_int(form[name], name) for name in _LIMIT_FIELDS}
         policy = services.policy_create(
             project=project, created_by=console.principal.actor, **values
         )

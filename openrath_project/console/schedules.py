@@ -18,9 +18,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from openrath_project.api.audit import audit_note
 from openrath_project.console.access import Console, console_page
-from openrath_project.console.schema_form import parse_json
+from openrath_project.console.schema_form import optional_int, parse_json
 from openrath_project.console.views import ActionError, _base, _filtered
-from openrath_project.errors import DomainError, ValidationFailed
+from openrath_project.errors import DomainError
 from openrath_project.tenancy.selectors import project_get
 from runs_app import registration
 from schedules_app import selectors, services
@@ -107,17 +107,6 @@ def schedules(request: HttpRequest, console: Console) -> HttpResponse:
     return _page(request, console)
 
 
-def _int_or_none(raw: str, field: str) -> int | None:
-    if not raw.strip():
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValidationFailed(
-            f"{field} must be a whole number", details={field: ["not a number"]}
-        ) from None
-
-
 @require_POST
 @console_page(grant="runs:write", action="schedule.create", object_type="schedule")
 def schedule_create_view(request: HttpRequest, console: Console) -> HttpResponse:
@@ -132,14 +121,14 @@ def schedule_create_view(request: HttpRequest, console: Console) -> HttpResponse
             kind=kind,
             cron=form["cron"] if kind == "cron" else "",
             interval_seconds=(
-                _int_or_none(form["interval_seconds"], "interval_seconds")
+                optional_int(form["interval_seconds"], "interval_seconds")
                 if kind == "interval"
                 else None
             ),
             timezone_name=form["timezone"] or "UTC",
             input=parse_json(form["input"] or "{}", field="input"),
             catchup=form["catchup"] or "skip",
-            catchup_limit=_int_or_none(form["catchup_limit"], "catchup_limit") or 10,
+            catchup_limit=optional_int(form["catchup_limit"], "catchup_limit") or 10,
             overlap=form["overlap"] or "skip",
             name=form["name"],
             created_by=console.principal.actor,

@@ -194,3 +194,16 @@ def parse_json(raw: str, *, field: str) -> Any:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def optional_int(raw: str, field: str) -> int | None:
+    """A console form's whole-number field: ``None`` when left empty, a 400 naming ``field``
+    when it is not a number (the schedule and retention forms)."""
+    if not raw.strip():
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationFailed(
+            f"{field} must be a whole number", details={field: ["not a number"]}
+        ) from None

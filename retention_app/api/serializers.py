@@ -6,19 +6,9 @@ from rest_framework import serializers
 
 from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
 from retention_app.models import PASS_TRIGGERS, RetentionPass, RetentionPolicy
-from retention_app.services import MIN_ARTIFACT_GRACE_SECONDS, MIN_INTERVAL_SECONDS
+from retention_app.services import LIMIT_FIELDS, MIN_ARTIFACT_GRACE_SECONDS, MIN_INTERVAL_SECONDS
 
-_LIMITS = (
-    "runs_max_age_seconds",
-    "runs_keep_last",
-    "sessions_max_age_seconds",
-    "sessions_keep_last",
-    "events_max_age_seconds",
-    "events_keep_last",
-    "checkpoints_max_age_seconds",
-    "checkpoints_keep_last",
-    "artifacts_grace_seconds",
-)
+_LIMITS = LIMIT_FIELDS
 
 
 class PolicyOut(serializers.ModelSerializer):
