@@ -718,6 +718,15 @@ def _delete_session_batch(ids: list[str]) -> dict[str, int]:
                 .filter(**{f"{name}_id__in": ids})
                 .values_list(f"{name}_id", flat=True)
             }
+        # A session given a child since the plan (a fork or merge made meanwhile) is now an
+        # ancestor of a kept session: it stays, as do its edges.
+        busy |= {
+            str(s)
+            for s in LineageEdge.objects.unscoped()
+            .filter(Q(parent_id__in=ids))
+            .exclude(Q(child_id__in=ids))
+            .values_list("parent_id", flat=True)
+        }
         ids = [i for i in ids if i not in busy]
         if not ids:
             return counts
