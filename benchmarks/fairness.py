@@ -114,33 +114,64 @@ def _submit(project) -> uuid.UUID:
 
 
 def _insert_backlog(project, count: int) -> float:
-    """``count`` queued runs of ``project``, one statement, each a copy of a real queued run
-    (no working session), created 1 ms apart and before now. Seconds taken."""
+    """``count`` queued runs of ``project``, each with a working session of its own as
+    ``run_create`` makes them, in one statement (copies of a real queued run and its session),
+    created 1 ms apart and before now. Seconds taken."""
     from django.db import connection
 
-    from runs_app.models import Run
-
     template = _submit(project)
-    fresh = {
-        "id": "gen_random_uuid()",
-        "created_at": "now() - make_interval(secs => (%(n)s - i + 1) / 1000.0)",
-        "updated_at": "now()",
-        "session_id": "NULL",
-        "idempotency_key": "NULL",
-    }
-    columns = [str(field.column) for field in Run._meta.concrete_fields]
-    values = [fresh.get(column, f'"{column}"') for column in columns]
-    quoted = ", ".join(f'"{column}"' for column in columns)
     started = time.perf_counter()
+    _copy_run(template, count, "now() - make_interval(secs => (%(n)s - ids.i + 1) / 1000.0)")
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO runs_app_run ({quoted}) SELECT {', '.join(values)} "  # noqa: S608
-            "FROM runs_app_run, generate_series(1, %(n)s) AS i WHERE id = %(template)s",
-            {"n": count, "template": template},
-        )
         cursor.execute("UPDATE runs_app_run SET status = 'cancelled' WHERE id = %s", [template])
     _vacuum()
     return time.perf_counter() - started
+
+
+def _copy_run(template: uuid.UUID, count: int, created_at: str) -> None:
+    """``count`` copies of queued run ``template`` and of its working session (new ids; the
+    copy's session belongs to the copy), ``created_at`` an SQL expression of ``ids.i``."""
+    from django.db import connection
+
+    from runs_app.models import Run
+    from sessions_app.models import Session
+
+    def columns(model, fresh: dict[str, str]) -> tuple[str, str]:
+        names = [str(field.column) for field in model._meta.concrete_fields]
+        values = [fresh.get(name, f'"{model._meta.db_table}"."{name}"') for name in names]
+        return ", ".join(f'"{name}"' for name in names), ", ".join(values)
+
+    session_columns, session_values = columns(
+        Session,
+        {"id": "ids.session", "run_id": "ids.run", "created_at": created_at},
+    )
+    run_columns, run_values = columns(
+        Run,
+        {
+            "id": "ids.run",
+            "session_id": "ids.session",
+            "created_at": created_at,
+            "updated_at": "now()",
+            "idempotency_key": "NULL",
+        },
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH ids AS (
+                SELECT i, gen_random_uuid() AS run, gen_random_uuid() AS session
+                FROM generate_series(1, %(n)s) AS i
+            ), sessions AS (
+                INSERT INTO sessions_app_session ({session_columns})
+                SELECT {session_values} FROM sessions_app_session, ids
+                WHERE sessions_app_session.id = (
+                    SELECT session_id FROM runs_app_run WHERE id = %(template)s)
+            )
+            INSERT INTO runs_app_run ({run_columns})
+            SELECT {run_values} FROM runs_app_run, ids WHERE runs_app_run.id = %(template)s
+            """,  # noqa: S608 - column names from model metadata, values are parameters
+            {"n": count, "template": template},
+        )
 
 
 def _vacuum() -> None:
@@ -292,7 +323,59 @@ def _throughput(rounds: int, claims: int) -> dict[str, list[float]]:
     return {**per_second, "fair_times": times["fair"], "old_times": times["old"]}
 
 
-def scenario(size: int, *, waits: int, rounds: int, claims: int, old_cap: int) -> dict[str, Any]:
+def _replace(project) -> None:
+    """One more queued run of ``project`` (with its session), created now: the backlog keeps
+    its size while runs are executed."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM runs_app_run WHERE project_id = %s AND status = 'queued' LIMIT 1",
+            [project.id],
+        )
+        template = cursor.fetchone()[0]
+    _copy_run(template, 1, "now()")
+
+
+def _run_throughput(project, rounds: int, runs: int) -> dict[str, list[float]]:
+    """Runs executed per second by one worker, with the fair claim and with the old one: each
+    ``runs_app.executor.run_one`` claims a run, executes its step (a checkpoint commit) and
+    finishes it, as a worker does; the old order by the old statement in place of the fair one
+    (``leases._claim_sql``), everything else the same. The two alternate run by run, and each
+    executed run is replaced by a new queued one, untimed."""
+    from runs_app.executor import run_one
+    from runs_app.registration import workflows
+    from runs_app.services import leases
+
+    fair_sql = leases._claim_sql
+
+    def old_sql(**_kind: bool) -> str:
+        return _old_sql()
+
+    registry = workflows()
+    per_second: dict[str, list[float]] = {"fair": [], "old": []}
+    for _ in range(rounds):
+        spent = {"fair": 0.0, "old": 0.0}
+        for _ in range(runs):
+            for order, sql in (("fair", fair_sql), ("old", old_sql)):
+                leases._claim_sql = sql  # type: ignore[assignment]
+                try:
+                    started = time.perf_counter()
+                    outcome = run_one(f"bench-{order}", registry=registry)
+                    spent[order] += time.perf_counter() - started
+                finally:
+                    leases._claim_sql = fair_sql
+                if outcome is None or outcome.status != "succeeded":
+                    raise RuntimeError(f"a run did not succeed: {outcome}")
+                _replace(project)
+        for order in per_second:
+            per_second[order].append(runs / spent[order])
+    return per_second
+
+
+def scenario(
+    size: int, *, waits: int, rounds: int, claims: int, run_count: int, old_cap: int
+) -> dict[str, Any]:
     from django.db import connection
 
     a = _tenant_project(f"a-{size}")
@@ -309,6 +392,7 @@ def scenario(size: int, *, waits: int, rounds: int, claims: int, old_cap: int) -
     buffers = [_claim_buffers(_fair_sql()) for _ in range(5)]
     old_buffers = [_claim_buffers(_old_sql()) for _ in range(5)]
     throughput = _throughput(rounds, claims)
+    executed = _run_throughput(a, rounds, run_count)
     old_target = _submit(b)
     position = _old_position(old_target)
     old_before, old_seconds = _wait_for(old_target, _old_claim, min(old_cap, size + 1), [])
@@ -341,13 +425,22 @@ def scenario(size: int, *, waits: int, rounds: int, claims: int, old_cap: int) -
         "old_round_ms": statistics.median(throughput["old_times"]) * 1000,
         "ratio": statistics.median(fair / old for fair, old in pairs),
         "ratios": [fair / old for fair, old in pairs],
+        "runs_fair_per_s": statistics.median(executed["fair"]),
+        "runs_old_per_s": statistics.median(executed["old"]),
+        "runs_ratio": statistics.median(
+            fair / old for fair, old in zip(executed["fair"], executed["old"], strict=True)
+        ),
+        "runs_ratios": [
+            fair / old for fair, old in zip(executed["fair"], executed["old"], strict=True)
+        ],
     }
 
 
 def render(results: list[dict[str, Any]], args: argparse.Namespace, load: tuple) -> str:
     lines = [
         f"One claimer; B submits one run {args.waits} times per size; throughput: "
-        f"{args.rounds} rounds of {args.claims} fair + {args.claims} old claims, alternating. "
+        f"{args.rounds} rounds of {args.claims} fair + {args.claims} old claims, alternating; "
+        f"runs executed: {args.rounds} rounds of {args.runs} + {args.runs} runs, alternating. "
         f"Load average (1 min) {load[0]:.1f} -> {load[1]:.1f}.",
         "",
         _header(results),
@@ -382,8 +475,16 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace, load: tuple)
         ),
         ("claims/s median, fair / old", lambda r: f"{r['fair_per_s']:.0f} / {r['old_per_s']:.0f}"),
         (
-            "throughput ratio fair / old (median of rounds)",
+            "claim-only throughput ratio fair / old (median of rounds)",
             lambda r: f"**{r['ratio']:.2f}** ({_list(r['ratios'], '.2f')})",
+        ),
+        (
+            "runs executed/s median (claim, step, finish), fair / old",
+            lambda r: f"{r['runs_fair_per_s']:.0f} / {r['runs_old_per_s']:.0f}",
+        ),
+        (
+            "**run throughput ratio fair / old** (median of rounds)",
+            lambda r: f"**{r['runs_ratio']:.2f}** ({_list(r['runs_ratios'], '.2f')})",
         ),
         ("backlog insert, s", lambda r: f"{r['insert_s']:.2f}"),
     ]
@@ -406,6 +507,7 @@ def main() -> None:
     parser.add_argument("--waits", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--claims", type=int, default=150)
+    parser.add_argument("--runs", type=int, default=100, help="executed runs per order a round")
     parser.add_argument("--old-cap", type=int, default=2000, help="old-order claims at most")
     parser.add_argument("--database", default="openrath_bench_fairness", help="dropped, made anew")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432")
@@ -420,7 +522,12 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     results = [
         scenario(
-            size, waits=args.waits, rounds=args.rounds, claims=args.claims, old_cap=args.old_cap
+            size,
+            waits=args.waits,
+            rounds=args.rounds,
+            claims=args.claims,
+            run_count=args.runs,
+            old_cap=args.old_cap,
         )
         for size in sizes
     ]
