@@ -1,12 +1,12 @@
 """Tenant-fair claims (issue 23 item 3): does a deep backlog of one tenant delay another's run?
 
-    python benchmarks/fairness.py [--sizes 1000,10000,50000] [--waits 5] [--rounds 6]
-                                  [--claims 300] [--write]
+    python benchmarks/fairness.py [--sizes 1000,10000,50000] [--waits 5] [--rounds 7]
+                                  [--claims 150] [--runs 100] [--write]
 
 One process, PostgreSQL, one claimer (the worst case for fairness: every tenant has 0 running
 runs at each claim, so only the order decides). For each backlog size N, tenant A gets N queued
-runs, inserted with one ``INSERT ... SELECT generate_series`` (older than anything B submits),
-then:
+runs, each with a working session of its own as ``run_create`` makes them, inserted with one
+``INSERT ... SELECT generate_series`` (older than anything B submits), then:
 
 * **B's wait**: tenant B submits one run (``services.run_create``); the claimer claims
   (``lease_claim``) and finishes each run it gets (an untimed ``UPDATE`` to ``succeeded``, as
@@ -17,10 +17,16 @@ then:
 * **the claim statement**: each claim's time (p50 of the wait loops and of the throughput
   rounds) and the shared buffers one claim touches (``EXPLAIN (ANALYZE, BUFFERS)`` of the
   statement, rolled back): the index probes of the fair claim do not grow with N;
-* **throughput**: ``--rounds`` rounds of ``--claims`` fair and ``--claims`` old claims,
-  alternating claim by claim in the same process on the same backlog (each claimed run put
-  back in the queue untimed, so the backlog keeps its size); claims per second of each, and
-  the ratio fair / old of each round.
+* **claim-only throughput** (the worst case for the fair statement: a claim and nothing else):
+  ``--rounds`` rounds of ``--claims`` fair and ``--claims`` old claims, alternating claim by
+  claim in the same process on the same backlog (each claimed run put back in the queue untimed,
+  so the backlog keeps its size); claims per second of each, and the ratio fair / old of each
+  round;
+* **run throughput** (what a worker delivers): ``--rounds`` rounds of ``--runs`` runs executed
+  with each order, alternating run by run: ``runs_app.executor.run_one`` claims a run, executes
+  its one step (a checkpoint commit) and finishes it, the old order by the old statement in
+  place of the fair one, everything else the same; each executed run is replaced by a new
+  queued one, untimed. Runs per second of each, and the ratio fair / old of each round.
 
 Prints a table; ``--write`` replaces the ``fairness`` section of benchmarks/RESULTS.md.
 """
@@ -546,10 +552,12 @@ def main() -> None:
 
 NOTES = """\
 How: tenant A's backlog is inserted with one `INSERT ... SELECT generate_series` (copies of a
-real queued run, 1 ms apart, all older than B's); B submits through `services.run_create`; one
-claimer claims with `lease_claim` (the fair statement, with its session writer and returned
-rows) or with the previous statement (priority, then age), and finishes each claimed run with
-an untimed `UPDATE`. "Old order" rows are the same process on the same backlog. The claim
+real queued run and its working session, 1 ms apart, all older than B's); B submits through
+`services.run_create`; one claimer claims with `lease_claim` (the fair statement, with its
+session writer and returned rows) or with the previous statement (priority, then age), and
+finishes each claimed run with an untimed `UPDATE`. Run throughput: one worker's
+`runs_app.executor.run_one` (claim, the run's one step, its finish) with either statement,
+alternating run by run. "Old order" rows are the same process on the same backlog. The claim
 order: tenants by fewest running runs, then longest since served (`Tenant.last_claimed_at`),
 then the tenant's own priority, projects likewise, then age (docs/operations.md, "Fair queues
 and limits")."""
