@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from openrath_project.console import queues, retention, schedules, views, webhooks
+from openrath_project.console import queues, retention, schedules, start_run, views, webhooks
 
 app_name = "console"
 
@@ -83,4 +83,9 @@ urlpatterns = [
     path("sessions/compare/", views.session_compare, name="compare"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="session"),
     path("sessions/<uuid:session_id>/lineage/", views.session_lineage, name="lineage"),
+    path(
+        "sessions/<uuid:session_id>/runs/new/",
+        start_run.session_start_run_view,
+        name="session-start-run",
+    ),
 ]

@@ -58,7 +58,15 @@ from openrath_project.tenancy.services import principal_for_user
 from runs_app import registration
 from runs_app import selectors as run_selectors
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import RUN_KINDS, Checkpoint, Interrupt, Run, RunEvent, RunFork
+from runs_app.models import (
+    INPUT_POLICIES,
+    RUN_KINDS,
+    Checkpoint,
+    Interrupt,
+    Run,
+    RunEvent,
+    RunFork,
+)
 from runs_app.replay import REPLAYABLE_STATUSES, replay_run
 from runs_app.services import run_cancel, run_resume, run_state_at
 from runs_app.services.compare import RunComparison, run_compare
@@ -1501,6 +1509,20 @@ def session_agents(principal: Principal, sessions: list[Session]) -> dict[uuid.U
 @console_page()
 def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID) -> HttpResponse:
     session = session_selectors.session_get(principal=console.principal, session_id=session_id)
+    return session_page(request, console, session)
+
+
+def session_page(
+    request: HttpRequest,
+    console: Console,
+    session: Session,
+    *,
+    start_error: ActionError | None = None,
+    start_form: dict[str, str] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The session page; with the "start a run" form's refusal and what was typed, when a
+    start from it was refused (``console.start_run``)."""
     length = session.length
     after = parse_int(request.GET.get("after"))
     if after is None or after < -1:
@@ -1552,7 +1574,13 @@ def session_detail(request: HttpRequest, console: Console, session_id: uuid.UUID
                 "ws_path": f"/ws/sessions/{session.id}/",
                 "api_path": f"/api/v1/sessions/{session.id}/",
             },
+            can_start=console.principal.has_grant("runs:write"),
+            start_workflows=sorted(e.name for e in registration.workflows().all()),
+            input_policies=INPUT_POLICIES,
+            start_error=start_error,
+            start_form=start_form or {},
         ),
+        status=status,
     )
 
 
