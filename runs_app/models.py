@@ -53,10 +53,17 @@ class Run(models.Model):
     KIND_CHOICES: ClassVar[list[tuple[str, str]]] = [(k, k) for k in RUN_KINDS]
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # No index of its own (issue 20: bytes a run): every read by tenant, and the foreign-key
+    # check of deleting one, is served by the indexes below whose first column is the tenant.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="runs")
     workflow = models.CharField(max_length=200)
-    plan = models.ForeignKey(WorkflowPlan, on_delete=models.PROTECT, related_name="runs")
+    #: Indexed by ``run_plan`` below: a field index on a text key would add a second,
+    #: ``LIKE``-pattern index (64-character keys, an entry a run), and nothing matches plans by
+    #: pattern.
+    plan = models.ForeignKey(
+        WorkflowPlan, on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="queued")
     input = models.JSONField(default=dict, blank=True)
     #: The state as of checkpoint ``state_seq`` (refreshed whenever the run stops executing);
@@ -71,7 +78,12 @@ class Run(models.Model):
         "sessions_app.Session", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        db_index=False,  # the partial index run_parent_set below
     )
     #: For a branch of a fan-out: the branch's first node, and the join node it stops before.
     branch = models.CharField(max_length=200, blank=True, default="")
@@ -108,7 +120,12 @@ class Run(models.Model):
     #: decision and effect served from the original's record; never claimable).
     kind = models.CharField(max_length=16, choices=KIND_CHOICES, default="run")
     replay_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="replays",
+        db_index=False,  # the partial index run_replay_of_set below
     )
     #: The stored session the run was submitted on (null: none, or a new session); its
     #: working session is a fork of it, or of the previous run's, or of an earlier length.
@@ -229,8 +246,14 @@ class Run(models.Model):
                     ("origin_session", "run_origin_session_set"),
                     ("after_run", "run_after_run_set"),
                     ("superseded_by", "run_superseded_by_set"),
+                    # Also the reads of a run's branches and replays (``parent = R``,
+                    # ``replay_of = R``); issue 20: a full index held an entry, and on a new
+                    # table a first page, for every run, though most runs have neither.
+                    ("parent", "run_parent_set"),
+                    ("replay_of", "run_replay_of_set"),
                 )
             ),
+            models.Index(fields=("plan",), name="run_plan"),
             # The reconciler's "asked to stop, not yet stopped" (a handful of rows at most).
             models.Index(
                 fields=("stop_requested_at",),
@@ -298,8 +321,14 @@ class RunEvent(models.Model):
     # append-only and inserted only by statements that have just locked or updated their run
     # under its lease (the step statement, the claim, ``run_transition``); runs are deleted only
     # by retention, which deletes their events first.
+    # Nor an index of its own (issue 20: bytes a step): every read of a run's events, and
+    # retention's deletes, filter by run and are served by ``event_seq_unique`` (run, seq).
     run = models.ForeignKey(
-        Run, on_delete=models.PROTECT, related_name="events", db_constraint=False
+        Run,
+        on_delete=models.PROTECT,
+        related_name="events",
+        db_constraint=False,
+        db_index=False,
     )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=50)
@@ -333,8 +362,14 @@ class Checkpoint(models.Model):
     # append-only and inserted only by statements that have just locked or updated their run
     # under its lease (the step statement, the claim, ``run_transition``); runs are deleted only
     # by retention, which deletes their checkpoints first.
+    # Nor an index of its own (issue 20: bytes a step): every read of a run's checkpoints, and
+    # retention's deletes, filter by run and are served by ``checkpoint_seq_unique`` (run, seq).
     run = models.ForeignKey(
-        Run, on_delete=models.PROTECT, related_name="checkpoints", db_constraint=False
+        Run,
+        on_delete=models.PROTECT,
+        related_name="checkpoints",
+        db_constraint=False,
+        db_index=False,
     )
     seq = models.PositiveIntegerField()
     step = models.CharField(max_length=200)

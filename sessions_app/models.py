@@ -35,14 +35,21 @@ class Session(models.Model):
     ``base_len`` positions, and a session without a base has ``base_len = 0``."""
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # No index of its own (issue 20: bytes a run): every read by tenant, and the foreign-key
+    # check of deleting one, is served by the indexes below whose first column is the tenant.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="sessions")
     title = models.CharField(max_length=300, blank=True, default="")
     #: The operation that produced this session (``create`` for a new root).
     op = models.CharField(max_length=16, default="create")
     #: Storage only: where this session's first ``base_len`` chunks live. Not lineage.
     base = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # the partial index session_base_set below
     )
     base_len = models.PositiveIntegerField(default=0)
     own_len = models.PositiveIntegerField(default=0)
@@ -77,6 +84,12 @@ class Session(models.Model):
             models.Index(fields=("tenant", "project", "-id"), name="session_project_recent"),
             models.Index(fields=("tenant", "op"), name="session_tenant_op"),
             models.Index(fields=("run_id",), name="session_run"),
+            # The foreign-key check of deleting a session (retention) and the reads of what a
+            # session is the base of; issue 20: a full index held an entry, and on a new table a
+            # first page, for every root session, which has no base.
+            models.Index(
+                fields=("base",), condition=Q(base__isnull=False), name="session_base_set"
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(op__in=SESSION_OPS), name="session_op_valid"),
