@@ -169,6 +169,12 @@ _default_db_url = f"sqlite:///{DATA_DIR / 'db.sqlite3'}"
 DATABASE_URL = env.str("DATABASE_URL", default="") or _default_db_url
 
 
+def _embedded_dispatch() -> bool:
+    """Whether this process's runs are executed by its own worker threads (the default outside
+    production; ``OPENRATH_DISPATCH``, read again below, decides)."""
+    return env.str("OPENRATH_DISPATCH", default="celery" if PRODUCTION else "local") == "local"
+
+
 def _database(url: str) -> dict[str, Any]:
     config: dict[str, Any] = environ.Env.db_url_config(url)
     engine = config["ENGINE"]
@@ -225,6 +231,26 @@ def _database(url: str) -> dict[str, Any]:
                 # the next request that finds no connection starts a fresh attempt at once.
                 "reconnect_timeout": env.float("DATABASE_POOL_RECONNECT_TIMEOUT", default=5.0),
             }
+            # One WAL flush per write, not two: the web process's commits do not wait for
+            # theirs, and the audit row every write request ends with commits synchronously
+            # (audit_record), flushing them with it before the response. Measured (py-spy, chunk
+            # POSTs on the production profile, PostgreSQL shared with other jobs): the audit
+            # INSERT waiting for its flush was half of the request's samples. Another session
+            # may read a write in the moment before its audit row's flush; a PostgreSQL crash
+            # then loses both, unanswered. Writes no audit row follows (a GET's, a failed
+            # audit's) are durable within PostgreSQL's wal_writer_delay (3 x 200 ms) instead.
+            # The `options` startup parameter: turn off behind PgBouncer (it refuses it).
+            # Never by default in a web process that runs embedded workers (OPENRATH_DISPATCH
+            # "local"): their step commits and effect-ledger intents share this pool and must
+            # be durable before the step goes on, and no audit row follows them.
+            if env.bool("DATABASE_ASYNC_COMMIT", default=not _embedded_dispatch()):
+                if _embedded_dispatch():
+                    raise ImproperlyConfigured(
+                        "DATABASE_ASYNC_COMMIT=true needs runs executed outside the web process"
+                        " (OPENRATH_DISPATCH=celery or none): embedded workers' step commits"
+                        " share its connections and must not wait for a later flush"
+                    )
+                config["OPTIONS"]["options"] = "-c synchronous_commit=off"
     return config
 
 
@@ -432,6 +458,10 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
+# No result backend is configured ("disabled", which holds no state): one shared instance, not
+# one per thread. The web process runs each request on a thread of its own, so Celery built a
+# backend for every run POST's dispatch (a cProfile of run POSTs: about 0.5 ms of each).
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": max(3600, OPENRATH_LEASE_SECONDS * 4),

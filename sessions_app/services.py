@@ -355,7 +355,10 @@ def _derive(
         )
     base_id, base_len = _base_for(parent, at)
     ctx = context.current()
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (a run start's): nobody recovers from a
+    # failed insert here, and SAVEPOINT / RELEASE were two of a run POST's round trips. An
+    # error still rolls the whole transaction back.
+    with transaction.atomic(savepoint=False):
         child = Session.objects.create(
             tenant_id=parent.tenant_id,
             project_id=parent.project_id,

@@ -27,7 +27,7 @@ from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.jsontext import digest
 from openrath_project.tenancy.models import Project
 from openrath_project.tenancy.principal import Principal
-from openrath_project.tenancy.selectors import project_get
+from openrath_project.tenancy.selectors import parse_uuid, project_get
 from openrath_project.tenancy.services import audit_record
 from runs_app import registration, selectors, services
 from runs_app.api.serializers import (
@@ -49,7 +49,8 @@ from runs_app.api.serializers import (
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Interrupt, Run, RunEvent, WorkflowPlan
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow
-from sessions_app.selectors import session_get
+from sessions_app.models import Session
+from sessions_app.selectors import session_list
 
 IDEMPOTENCY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
@@ -74,6 +75,19 @@ class RunFilter(CreatedRangeFilterSet):
         if not self.form.cleaned_data.get("kind"):
             runs = runs.filter(kind="run")
         return runs
+
+
+def submitted_session(principal: Principal, ref: object) -> Session:
+    """The session a run is submitted on: in scope or 404, as ``session_get``, but without the
+    lineage prefetch (a start reads no parents; it was one more query per run POST)."""
+    as_uuid = parse_uuid(ref)
+    session = None
+    if as_uuid is not None:
+        scoped = session_list(principal=principal).prefetch_related(None)
+        session = scoped.filter(id=as_uuid).first()
+    if session is None:
+        raise NotFound("session not found", details={"session": str(ref)})
+    return session
 
 
 def _page(request: Request, items: list[Any], key: str, limit: int, out: Any) -> Response:
@@ -156,7 +170,7 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         registered: RegisteredWorkflow = registration.workflows().get(values["workflow"])
         session = None
         if "session" in values:
-            session = session_get(principal=self.principal, session_id=values["session"])
+            session = submitted_session(self.principal, values["session"])
         run, created = services.run_create(
             project=project,
             workflow=registered,
@@ -182,6 +196,10 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         self.audit(object_id=run.id, details=details)
         if created and run.input_policy in ("interrupt", "rollback"):
             self._audit_superseded(run, project)
+        if created:
+            # A run inserted by this request has no fork edge (only a fork writes one, with
+            # its run): RunOut's forked_from needs no query.
+            Run._meta.get_field("forked_from").set_cached_value(run, None)
         response = Response(RunOut(run).data, status=201 if created else 200)
         if not created:
             response["Idempotent-Replayed"] = "true"
