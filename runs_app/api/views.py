@@ -25,10 +25,8 @@ from openrath_project.api.views import ScopedAPIView
 from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.jsontext import digest
-from openrath_project.tenancy.models import Project
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid, project_get
-from openrath_project.tenancy.services import audit_record
 from runs_app import registration, selectors, services
 from runs_app.api.serializers import (
     INTERRUPT_KIND_CHOICES,
@@ -47,8 +45,9 @@ from runs_app.api.serializers import (
     WorkflowListOut,
 )
 from runs_app.interrupts import interrupt_resolve
-from runs_app.models import Interrupt, Run, RunEvent, WorkflowPlan
+from runs_app.models import Interrupt, Run, WorkflowPlan
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow
+from runs_app.services.superseded import audit_superseded
 from sessions_app.models import Session
 from sessions_app.selectors import session_list
 
@@ -194,8 +193,14 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
             if run.after_run_id is not None:
                 details["after_run"] = str(run.after_run_id)
         self.audit(object_id=run.id, details=details)
-        if created and run.input_policy in ("interrupt", "rollback"):
-            self._audit_superseded(run, project)
+        if created:
+            audit_superseded(
+                run=run,
+                project=project,
+                actor=self.principal.actor,
+                request_id=getattr(self.request._request, "request_id", ""),
+                status_code=201,
+            )
         if created:
             # A run inserted by this request has no fork edge (only a fork writes one, with
             # its run): RunOut's forked_from needs no query.
@@ -204,31 +209,6 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         if not created:
             response["Idempotent-Replayed"] = "true"
         return response
-
-    def _audit_superseded(self, run: Run, project: Project) -> None:
-        """One audit row per run the new run's submission interrupted, rolled back or
-        cancelled (the request's own row is ``run.create``)."""
-        actions = {
-            "run.rolled_back": "run.rollback",
-            "run.interrupt_requested": "run.interrupt",
-            "run.cancelled": "run.supersede",
-        }
-        events = RunEvent.objects.filter(
-            run__superseded_by=run, type__in=list(actions), data__by_run=str(run.id)
-        ).order_by("run_id", "seq")
-        for event in events:
-            audit_record(
-                actor=self.principal.actor,
-                action=actions[event.type],
-                outcome="success",
-                tenant=project.tenant,
-                project=project,
-                object_type="run",
-                object_id=str(event.run_id),
-                status_code=201,
-                request_id=getattr(self.request._request, "request_id", ""),
-                details={"by_run": str(run.id), "input_policy": run.input_policy},
-            )
 
     @extend_schema(
         parameters=[EventQuery],
