@@ -678,9 +678,18 @@ def main() -> None:
         write_section(
             "peers",
             "W2 against the floor and the peers (PostgreSQL)",
-            body,
+            body + "\n\n" + SETUP,
             f"python benchmarks/peers.py --write --peers {','.join(peers) or 'none'}",
         )
+
+
+SETUP = """\
+The peers run from a virtualenv outside the project (nothing of theirs is a dependency of this
+one): `python3 -m venv /work/peers-venv && /work/peers-venv/bin/pip install langgraph
+langgraph-checkpoint-postgres 'psycopg[binary]' psycopg-pool dbos 'openrath[postgres]==2.0.0'`
+(measured with langgraph 1.2.24, langgraph-checkpoint-postgres 3.2.0, dbos 3.4.0, openrath
+2.0.0); `--peers-python` names another one, `--peers none` measures the floor and the product
+only."""
 
 
 LABELS = {
