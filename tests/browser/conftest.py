@@ -272,3 +272,24 @@ def log_in(page: Any, username: str, password: str) -> None:
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url("**/console/")
+
+
+def wait_until(predicate: Any, *, timeout: float, what: str, every: float = 0.1) -> Any:
+    """``predicate()``'s first true value, polled until ``timeout`` seconds have passed (then
+    an ``AssertionError`` naming ``what``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def acme(transactional_db: Any) -> tuple[Any, Any]:
+    """Tenant ``acme`` and its project ``web`` (committed: the server process reads them)."""
+    from openrath_project.tenancy.services import project_create, tenant_create
+
+    tenant = tenant_create(slug="acme")
+    return tenant, project_create(tenant=tenant, slug="web")

@@ -3,14 +3,13 @@ the WebSocket, the lineage graph, and a viewer who cannot act."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
 from openrath_project.tenancy.models import Project, Tenant
-from openrath_project.tenancy.services import project_create, tenant_create, user_join_tenant
+from openrath_project.tenancy.services import user_join_tenant
 from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Interrupt, Run
 from runs_app.registry import WorkflowRegistry
@@ -18,7 +17,7 @@ from runs_app.services import run_create
 from sessions_app import services as session_services
 from sessions_app.chunk_rules import make_draft
 from sessions_app.models import Session
-from tests.browser.conftest import log_in, require_console_assets
+from tests.browser.conftest import log_in, require_console_assets, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -27,22 +26,6 @@ DEFAULT_HASHER = "django.contrib.auth.hashers.PBKDF2PasswordHasher"
 #: How long a page may take to show what the server's workers did: generous, for a loaded machine
 #: (a wait ends as soon as the page shows it).
 LIVE_MS = 60_000
-
-
-def wait_until(predicate: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-@pytest.fixture
-def acme(transactional_db: Any) -> tuple[Tenant, Project]:
-    tenant = tenant_create(slug="acme")
-    return tenant, project_create(tenant=tenant, slug="web")
 
 
 def member(tenant: Tenant, role: str) -> str:

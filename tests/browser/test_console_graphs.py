@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from openrath_project.tenancy.models import Project, Tenant
-from openrath_project.tenancy.services import project_create, tenant_create
 from runs_app.models import Run
 from runs_app.services import run_create
 from tests.browser.conftest import log_in, require_console_assets
@@ -19,12 +17,6 @@ from tests.browser.test_console import member, wait_until
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 FANOUT_AGENTS = ["market-analyst", "planner", "reviewer", "technology-analyst"]
-
-
-@pytest.fixture
-def acme(transactional_db: Any) -> tuple[Tenant, Project]:
-    tenant = tenant_create(slug="acme")
-    return tenant, project_create(tenant=tenant, slug="web")
 
 
 def finished_fanout(browser_registry: Any, project: Any) -> Run:

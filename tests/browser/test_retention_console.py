@@ -5,14 +5,12 @@ it, and sees the pass in the log."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from openrath_project.tenancy.models import Project, Tenant
-from openrath_project.tenancy.services import project_create, tenant_create, user_join_tenant
+from openrath_project.tenancy.services import user_join_tenant
 from retention_app.models import RetentionPass, RetentionPolicy
 from runs_app.models import Run
 from tests.browser.conftest import log_in
@@ -22,12 +20,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 PASSWORD = "a-long-browser-password"
 DEFAULT_HASHER = "django.contrib.auth.hashers.PBKDF2PasswordHasher"
-
-
-@pytest.fixture
-def acme(transactional_db: Any) -> tuple[Tenant, Project]:
-    tenant = tenant_create(slug="acme")
-    return tenant, project_create(tenant=tenant, slug="web")
 
 
 def test_create_a_policy_dry_run_it_and_apply_it(page, server, acme) -> None:

@@ -4,19 +4,15 @@ and ``enqueue`` queues a run behind it, shown on the new run's page."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import pytest
 from django.test import override_settings
 
-from openrath_project.tenancy.models import Project, Tenant
-from openrath_project.tenancy.services import project_create, tenant_create, user_join_tenant
+from openrath_project.tenancy.services import user_join_tenant
 from runs_app.models import Run
 from runs_app.services import run_create
 from sessions_app import services as session_services
 from sessions_app.chunk_rules import make_draft
-from tests.browser.conftest import log_in
+from tests.browser.conftest import log_in, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -24,22 +20,6 @@ PASSWORD = "a-long-browser-password"
 DEFAULT_HASHER = "django.contrib.auth.hashers.PBKDF2PasswordHasher"
 #: The server's embedded worker executes the runs: generous for a loaded machine.
 WAIT_SECONDS = 120
-
-
-def wait_until(predicate: Any, *, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {WAIT_SECONDS}s waiting for {what}")
-
-
-@pytest.fixture
-def acme(transactional_db: Any) -> tuple[Tenant, Project]:
-    tenant = tenant_create(slug="acme")
-    return tenant, project_create(tenant=tenant, slug="web")
 
 
 def test_reject_then_enqueue_on_a_busy_session(page, server, acme, browser_registry):
@@ -58,7 +38,9 @@ def test_reject_then_enqueue_on_a_busy_session(page, server, acme, browser_regis
         session=session,
     )
     wait_until(
-        lambda: Run.objects.get(id=first.id).status == "waiting", what="the first run to wait"
+        lambda: Run.objects.get(id=first.id).status == "waiting",
+        timeout=WAIT_SECONDS,
+        what="the first run to wait",
     )
     log_in(page, "operator-user", PASSWORD)
 

@@ -4,19 +4,16 @@ secret shown once, sees the server's delivery arrive in the log, and sends it ag
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.test import override_settings
 from standardwebhooks.webhooks import Webhook
 
-from openrath_project.tenancy.models import Project, Tenant
-from openrath_project.tenancy.services import project_create, tenant_create, user_join_tenant
+from openrath_project.tenancy.services import user_join_tenant
 from runs_app.models import Interrupt
 from runs_app.services import run_create
-from tests.browser.conftest import Server, log_in
+from tests.browser.conftest import Server, log_in, wait_until
 from tests.webhooks_app.conftest import Receiver
 from webhooks_app.models import WebhookDelivery, WebhookSubscription
 
@@ -27,16 +24,6 @@ DEFAULT_HASHER = "django.contrib.auth.hashers.PBKDF2PasswordHasher"
 #: How long the server's embedded reconciler may take to deliver (it passes every 5 s or so):
 #: generous, for a loaded machine; a wait ends as soon as the delivery arrives.
 DELIVERY_SECONDS = 120
-
-
-def wait_until(predicate: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -58,12 +45,6 @@ def receiver() -> Iterator[Receiver]:
     yield running
     running.release.set()
     running.stop()
-
-
-@pytest.fixture
-def acme(transactional_db: Any) -> tuple[Tenant, Project]:
-    tenant = tenant_create(slug="acme")
-    return tenant, project_create(tenant=tenant, slug="web")
 
 
 def test_subscribe_see_a_delivery_arrive_and_redeliver_it(
