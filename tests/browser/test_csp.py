@@ -11,11 +11,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.browser.conftest import csp_violations, log_in, require_console_assets
-from tests.browser.test_console import PASSWORD, _lineage, acme, member, waiting_run
+from tests.browser.test_console import PASSWORD, _lineage, member, waiting_run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-__all__ = ["acme"]  # the fixture, used here
 
 
 def visit(page: Any, path: str) -> Any:
