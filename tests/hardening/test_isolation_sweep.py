@@ -841,6 +841,18 @@ CONSOLE_TABLE: dict[str, list[Page]] = {
     "console/sessions/<uuid:session_id>/lineage/": [
         Page(OBJECT, "GET", f"{C}/sessions/{{session}}/lineage/", target="session"),
     ],
+    "console/sessions/<uuid:session_id>/runs/new/": [
+        Page(
+            ACTION,
+            "POST",
+            f"{C}/sessions/{{session}}/runs/new/",
+            target="session",
+            # enqueue: the control starts it whether or not a run is active on the session
+            body={"workflow": "approval", "state": '{"report": "iso"}', "input_policy": "enqueue"},
+            control=21,
+            viewer=403,
+        ),
+    ],
 }
 
 
