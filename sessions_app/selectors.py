@@ -64,12 +64,17 @@ def session_list(*, principal: Principal) -> QuerySet[Session]:
     return with_parents(Session.objects.for_principal(principal))
 
 
-def session_get(*, principal: Principal, session_id: object) -> Session:
-    """A session in scope, or 404 (also for other tenants' sessions: existence never leaks)."""
+def session_get(*, principal: Principal, session_id: object, lineage: bool = True) -> Session:
+    """A session in scope, or 404 (also for other tenants' sessions: existence never leaks).
+    ``lineage=False`` skips the parents' prefetch, for a caller that reads none (a run start:
+    one query less a run POST)."""
     as_uuid = parse_uuid(session_id)
     session = None
     if as_uuid is not None:
-        session = session_list(principal=principal).filter(id=as_uuid).first()
+        scoped = session_list(principal=principal)
+        if not lineage:
+            scoped = scoped.prefetch_related(None)
+        session = scoped.filter(id=as_uuid).first()
     if session is None:
         raise NotFound("session not found", details={"session": str(session_id)})
     return session

@@ -26,7 +26,7 @@ from openrath_project.artifacts import artifact_get
 from openrath_project.errors import NotFound, ValidationFailed
 from openrath_project.jsontext import digest
 from openrath_project.tenancy.principal import Principal
-from openrath_project.tenancy.selectors import parse_uuid, project_get
+from openrath_project.tenancy.selectors import project_get
 from runs_app import registration, selectors, services
 from runs_app.api.serializers import (
     INTERRUPT_KIND_CHOICES,
@@ -48,8 +48,7 @@ from runs_app.interrupts import interrupt_resolve
 from runs_app.models import Interrupt, Run, WorkflowPlan
 from runs_app.registry import RegisteredWorkflow, UnknownWorkflow
 from runs_app.services.superseded import audit_superseded
-from sessions_app.models import Session
-from sessions_app.selectors import session_list
+from sessions_app.selectors import session_get
 
 IDEMPOTENCY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
@@ -74,19 +73,6 @@ class RunFilter(CreatedRangeFilterSet):
         if not self.form.cleaned_data.get("kind"):
             runs = runs.filter(kind="run")
         return runs
-
-
-def submitted_session(principal: Principal, ref: object) -> Session:
-    """The session a run is submitted on: in scope or 404, as ``session_get``, but without the
-    lineage prefetch (a start reads no parents; it was one more query per run POST)."""
-    as_uuid = parse_uuid(ref)
-    session = None
-    if as_uuid is not None:
-        scoped = session_list(principal=principal).prefetch_related(None)
-        session = scoped.filter(id=as_uuid).first()
-    if session is None:
-        raise NotFound("session not found", details={"session": str(ref)})
-    return session
 
 
 def _page(request: Request, items: list[Any], key: str, limit: int, out: Any) -> Response:
@@ -169,7 +155,9 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         registered: RegisteredWorkflow = registration.workflows().get(values["workflow"])
         session = None
         if "session" in values:
-            session = submitted_session(self.principal, values["session"])
+            session = session_get(
+                principal=self.principal, session_id=values["session"], lineage=False
+            )
         run, created = services.run_create(
             project=project,
             workflow=registered,
