@@ -35,7 +35,7 @@ from typing import Any
 from django.conf import settings
 
 from openrath_project.artifacts import artifact_get, artifact_put
-from openrath_project.jsontext import measure
+from openrath_project.jsontext import canonical, measure
 
 REF_KEY = "$artifact"
 JSON_MEDIA_TYPE = "application/json"
@@ -84,6 +84,8 @@ def offload(
     before: dict[str, Any] | None = None,
     changed: Collection[str] = (),
     appended: Mapping[str, int] | None = None,
+    lengths: Mapping[str, int] | None = None,
+    tails: dict[str, tuple[list[Any], int]] | None = None,
 ) -> dict[str, Any]:
     """``state`` with each top-level value over the inline limit stored as artifacts.
 
@@ -91,11 +93,16 @@ def offload(
     ``changed`` are looked at: the others keep their stored form. ``appended`` names the
     changed keys whose list only grew at the end, and by how many items: a long list stored in
     blocks then seals only what it gained (so a list that grows a message a step costs its new
-    messages, not its length)."""
+    messages, not its length). What the caller knows of ``before`` saves encoding it again:
+    ``lengths``, the canonical length of a stored value (an inline list that grew is measured
+    by what it gained), and ``tails``, by key, a list reference's tail and its size as blocks
+    are cut by (:func:`_items_size`) — updated with the tails this call stores."""
     limit = inline_limit()
     if before is None and measure(state, limit) <= limit:
         return state  # the common case: nothing to store, nothing encoded past the limit
     appended = appended or {}
+    lengths = lengths or {}
+    tails = tails if tails is not None else {}
     out: dict[str, Any] = {}
     for key, value in state.items():
         stored: Any = before.get(key, _MISSING) if before is not None else _MISSING
@@ -105,38 +112,68 @@ def offload(
             inner = stored[REF_KEY]
             gained = value[len(value) - appended[key] :]
             tail = inner["tail"]
-            out[key] = _list_ref(
-                tenant_id, list(inner["blocks"]), [*tail, *gained], unsealed=len(tail)
+            known = tails.get(key)
+            out[key], size = _list_ref(
+                tenant_id,
+                list(inner["blocks"]),
+                [*tail, *gained],
+                unsealed=len(tail),
+                unsealed_size=known[1] if known is not None and known[0] is tail else None,
             )
+            tails[key] = (out[key][REF_KEY]["tail"], size)
+        elif key in appended and type(stored) is list and key in lengths:
+            gained = value[len(value) - appended[key] :]
+            grown = lengths[key] + sum(len(canonical(item)) + 1 for item in gained)
+            if grown - (0 if stored else 1) <= limit:
+                out[key] = value  # still inline: known without encoding the whole list
+            else:
+                out[key] = _stored_value(tenant_id, value, limit, tails=tails, key=key)
         else:
-            out[key] = _stored_value(tenant_id, value, limit)
+            out[key] = _stored_value(tenant_id, value, limit, tails=tails, key=key)
     return out
 
 
-def _stored_value(tenant_id: uuid.UUID | str, value: Any, limit: int) -> Any:
+def _stored_value(
+    tenant_id: uuid.UUID | str,
+    value: Any,
+    limit: int,
+    *,
+    tails: dict[str, tuple[list[Any], int]] | None = None,
+    key: str = "",
+) -> Any:
     """A top-level value as it is stored: as it is when small, else a reference."""
     if is_ref(value) or not isinstance(value, dict | list | str):
         return value
     if measure(value, limit) <= limit:
         return value
     if isinstance(value, list):
-        return _list_ref(tenant_id, [], list(value))
+        listed, size = _list_ref(tenant_id, [], list(value))
+        if tails is not None:
+            tails[key] = (listed[REF_KEY]["tail"], size)
+        return listed
     ref = artifact_put(tenant_id=tenant_id, data=_encode(value), media_type=JSON_MEDIA_TYPE)
     return {REF_KEY: {"digest": ref.digest, "size": ref.size, "media_type": JSON_MEDIA_TYPE}}
 
 
 def _list_ref(
-    tenant_id: uuid.UUID | str, blocks: list[Any], tail: list[Any], *, unsealed: int = 0
-) -> dict[str, Any]:
+    tenant_id: uuid.UUID | str,
+    blocks: list[Any],
+    tail: list[Any],
+    *,
+    unsealed: int = 0,
+    unsealed_size: int | None = None,
+) -> tuple[dict[str, Any], int]:
     """A long list as sealed blocks and a tail: the tail's items are sealed into a block (an
     artifact holding their JSON list) each time they reach the inline limit, from the start
     of the tail. The rule depends only on the items, so a list stored at once and the same list
     grown item by item are cut into the same blocks, and a block once written is never
     written again. ``unsealed``: how many leading items of ``tail`` are a stored tail already
     (together under the limit, so none of them ends a block): their size is measured in one
-    call instead of item by item."""
+    call instead of item by item, or is ``unsealed_size`` when the caller knows it. Returns the
+    reference and the size of its tail (:func:`_items_size`)."""
     limit = inline_limit()
-    start, size = 0, _items_size(tail[:unsealed])
+    size = _items_size(tail[:unsealed]) if unsealed_size is None else unsealed_size
+    start = 0
     if size >= limit:  # not a tail this limit would have left (the limit changed): item by item
         unsealed, size = 0, 0
     for index, item in enumerate(tail[unsealed:], start=unsealed):
@@ -146,7 +183,7 @@ def _list_ref(
             ref = artifact_put(tenant_id=tenant_id, data=data, media_type=JSON_MEDIA_TYPE)
             blocks.append({"digest": ref.digest, "size": ref.size, "items": index + 1 - start})
             start, size = index + 1, 0
-    return {REF_KEY: {"blocks": blocks, "tail": tail[start:]}}
+    return {REF_KEY: {"blocks": blocks, "tail": tail[start:]}}, size
 
 
 def _items_size(items: list[Any]) -> int:

@@ -713,6 +713,7 @@ def _execute(
             commit = services.StepCommit(
                 step=node_id,
                 state=state if change is None else change.stored,
+                state_text=track.stored_text() if change is None else change.text(),
                 previous_state=track.committed,
                 next_nodes=next_nodes,
                 attempt=attempt,

@@ -43,6 +43,68 @@ JSONDict = dict[str, Any]
 JSONList = list[Any]
 
 
+class TrackedDict(dict[Any, Any]):
+    """A flat object of a top-level list, as a step is handed it (:mod:`runs_app.state_track`):
+    a ``dict`` that notes in its owner's ``changes`` (``id -> object``) when a method changes
+    it, so a step that leaves it alone costs nothing to check. Copies, pickles and deep copies
+    of it are plain ``dict`` objects. Changes made past its methods (``dict.__setitem__(d, ...)``
+    called directly, C code writing the object's storage) are not seen."""
+
+    __slots__ = ("changes",)
+    changes: dict[int, Any] | None
+
+    def _changing(self) -> None:
+        changes = self.changes
+        if changes is not None:
+            changes[id(self)] = self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._changing()
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._changing()
+        dict.__delitem__(self, key)
+
+    def __ior__(self, other: Any) -> TrackedDict:  # type: ignore[misc]
+        self._changing()
+        dict.update(self, other)
+        return self
+
+    def clear(self) -> None:
+        self._changing()
+        dict.clear(self)
+
+    def pop(self, *args: Any) -> Any:
+        self._changing()
+        return dict.pop(self, *args)
+
+    def popitem(self) -> tuple[Any, Any]:
+        self._changing()
+        return dict.popitem(self)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._changing()
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changing()
+        dict.update(self, *args, **kwargs)
+
+    def __copy__(self) -> dict[Any, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        return dict(self)  # its values are strings, numbers, booleans and None
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+#: The objects the delta functions treat as JSON objects of one kind.
+_OBJECTS = frozenset({dict, TrackedDict})
+
+
 class DeltaMismatch(ValueError):
     """A delta that does not fit the value it is applied to (an index out of range, a list
     delta for something that is not a list): the chain it belongs to is broken."""
@@ -183,7 +245,7 @@ def _change(old: Any, new: Any) -> tuple[str, Any]:
     """How a value changed: ``("", None)`` not at all, ``("sub", object delta)``,
     ``("list", list delta)`` or ``("set", new)``, whichever is shortest."""
     old_type = type(old)
-    if old_type is dict and type(new) is dict:
+    if old_type in _OBJECTS and type(new) in _OBJECTS:
         nested = diff(old, new)
         kind = "sub"
     elif old_type is list and type(new) is list:
@@ -236,13 +298,14 @@ def _exactly_equal(a: JSONList, b: JSONList) -> bool | None:
 
 def _flat_members(a: JSONList, b: JSONList) -> bool:
     """For ``a == b`` (``a`` JSON): whether they are also exactly equal because every element of
-    ``b`` is a ``dict`` (exactly) of ``str`` keys (exactly) and values that are ``str``,
-    ``None``, ``int`` or ``bool`` (exactly), with, when any is a number, the same keys in the
-    same order and values of the same types as ``a``'s, key by key. A JSON value equal to a
-    string is that string; only numbers compare equal across types (floats are left to the
-    pickled comparison, for ``0.0 == -0.0``). Flat messages pass it at C speed, a few passes
-    over their keys and values, without the pickling :func:`_exactly_equal` falls back to."""
-    if set(map(type, b)) != _DICT_ONLY or set(map(type, chain.from_iterable(b))) != _STR_ONLY:
+    ``b`` is a ``dict`` (exactly, or a :class:`TrackedDict`) of ``str`` keys (exactly) and
+    values that are ``str``, ``None``, ``int`` or ``bool`` (exactly), with, when any is a
+    number, the same keys in the same order and values of the same types as ``a``'s, key by
+    key. A JSON value equal to a string is that string; only numbers compare equal across types
+    (floats are left to the pickled comparison, for ``0.0 == -0.0``). Flat messages pass it at C
+    speed, a few passes over their keys and values, without the pickling
+    :func:`_exactly_equal` falls back to."""
+    if not set(map(type, b)) <= _OBJECTS or set(map(type, chain.from_iterable(b))) != _STR_ONLY:
         return False
     kinds = set(map(type, chain.from_iterable(map(dict.values, b))))
     if kinds <= _TEXT_OR_NONE:
@@ -254,7 +317,6 @@ def _flat_members(a: JSONList, b: JSONList) -> bool:
     ) == list(map(type, chain.from_iterable(map(dict.values, b))))
 
 
-_DICT_ONLY = {dict}
 _STR_ONLY = {str}
 _TEXT_OR_NONE = {str, type(None)}
 _FLAT_EXACT = {str, type(None), int, bool}
@@ -267,8 +329,10 @@ def _same(a: Any, b: Any) -> bool:
         return True
     kind = type(a)
     if kind is not type(b):
-        return False
-    if kind is dict:
+        if kind not in _OBJECTS or type(b) not in _OBJECTS:
+            return False
+        kind = dict
+    if kind is dict or kind is TrackedDict:
         if len(a) != len(b):
             return False
         # A loop with the common scalars inline: the prefix walk of a long list of messages

@@ -9,43 +9,46 @@ Three forms of the state are kept for one claim:
 * a private snapshot of ``stored`` with the references resolved, read from the artifact store
   once per claim, never handed to a step.
 
-A step is handed a fresh copy of the snapshot (:meth:`StateTrack.working_copy`): new containers
-all the way down (so it may mutate any of them), around the snapshot's own strings, numbers,
-booleans and ``None``, which cannot change. Copying costs a C-speed call per container, not a
-pass over the state's bytes: a list of flat messages is copied by ``dict`` per message, the way
-of each element (share, ``dict``, or a ``marshal`` copy for nested ones) kept per list and
-extended by what a step appends. What the step returns is compared with the snapshot and only
-what changed is checked (:func:`state_delta.check_json_change`): the messages it carried on
-untouched still hold the snapshot's key and value objects, which
-:func:`state_delta._same_members` sees at C speed without reading them; anything mutated,
-rebuilt or reordered is compared exactly, value by value. Only the changed keys are offloaded.
-The new snapshot is the old one with the checked delta applied, so it shares nothing mutable
-with the step.
+A step is handed a working copy (:meth:`StateTrack.working_copy`) that shares nothing mutable
+with the snapshot. For each top-level list it is a new list of what the track keeps beside the
+snapshot's list, element by element:
+
+* a string, number, boolean or ``None``: the snapshot's own object (it cannot change);
+* a flat object (a ``dict`` of such values, a message): a :class:`~runs_app.state_delta.
+  TrackedDict` copy of it, made once when it entered the state and handed to every step after,
+  which notes when one of its methods changes it;
+* anything else: a fresh copy at each step (``marshal``).
+
+So handing a list of messages costs a copy of the list of pointers, not of the messages, and
+checking what the step returns costs what it changed: when the returned list starts with the
+very objects handed and none of them noted a change, its prefix is the snapshot's list and
+only what follows is checked (:func:`state_delta.check_json_change`). Anything mutated,
+replaced or reordered is compared exactly, value by value. A message the step changed is let
+go (it no longer notes anything) and a fresh copy is handed from then on; so is one changed
+between steps, by code that kept it: the next step sees the state as it was stored.
+
+Only the changed keys are offloaded, and the stored form's canonical text is kept beside it
+and extended by what a step appended (:class:`StoredText`), so a checkpoint's digest does not
+re-encode the inline tail of a long list at every step.
 """
 
 from __future__ import annotations
 
 import marshal
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import call
+from operator import is_
 from typing import Any
 
 from openrath_project import large_values
-from runs_app.state_delta import apply, check_json_change
+from openrath_project.jsontext import canonical
+from runs_app.state_delta import TrackedDict, apply, check_json_change
 
 State = dict[str, Any]
-#: How to copy each element of a list: the element's own type for a string, number or boolean
-#: (``str(s) is s`` for an exact ``str``, and so on), ``dict`` for an object of such values,
-#: else a marshal copy.
-Copiers = list[Callable[[Any], Any]]
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
-
-
-def _keep(value: Any) -> Any:
-    return value
+#: In a handed list: an element copied afresh for every step (not a leaf, not a flat object).
+_COPY = object()
 
 
 def _deep(value: Any) -> Any:
@@ -53,16 +56,124 @@ def _deep(value: Any) -> Any:
     return marshal.loads(marshal.dumps(value))  # noqa: S302
 
 
-def copier(value: Any) -> Callable[[Any], Any]:
-    """The cheapest way to make a copy of ``value`` that shares nothing mutable with it."""
+def _copy(value: Any) -> Any:
+    """A copy of ``value`` that shares nothing mutable with it (a top-level value not a list)."""
     kind = type(value)
-    if kind is str or kind is int or kind is float or kind is bool:
-        return kind
-    if value is None:
-        return _keep
+    if kind in _LEAVES:
+        return value
     if kind is dict and all(type(item) in _LEAVES for item in value.values()):
-        return dict
-    return _deep
+        return dict(value)
+    return _deep(value)
+
+
+@dataclass
+class Handed:
+    """What a step is handed for one top-level list of the snapshot (``source``): per element,
+    the object handed every time (a leaf, or a ``TrackedDict`` noting into ``changes``), or
+    ``_COPY``; ``copied`` counts the latter."""
+
+    source: list[Any]
+    objects: list[Any]
+    copied: int
+    #: With copies: the elements last handed (the copies among them are made per step).
+    last: list[Any] | None = None
+
+    @classmethod
+    def of(cls, source: list[Any], changes: dict[int, Any]) -> Handed:
+        handed = cls(source, [], 0)
+        handed.extend(source, changes)
+        return handed
+
+    def extend(self, items: list[Any], changes: dict[int, Any]) -> None:
+        for item in items:
+            kind = type(item)
+            if kind in _LEAVES:
+                self.objects.append(item)
+            elif kind is dict and all(type(value) in _LEAVES for value in item.values()):
+                tracked = TrackedDict(item)
+                tracked.changes = changes
+                self.objects.append(tracked)
+            else:
+                self.objects.append(_COPY)
+                self.copied += 1
+
+    def let_go(self) -> None:
+        """Its objects note nothing any more (a step may still hold them)."""
+        for item in self.objects:
+            if type(item) is TrackedDict:
+                item.changes = None
+
+    def given(self) -> list[Any]:
+        """The list a step is handed."""
+        if not self.copied:
+            return list(self.objects)
+        given = [
+            _deep(item) if handed is _COPY else handed
+            for handed, item in zip(self.objects, self.source, strict=True)
+        ]
+        self.last = list(given)
+        return given
+
+    def handed(self) -> list[Any]:
+        """The elements the last :meth:`given` list held."""
+        return self.objects if not self.copied or self.last is None else self.last
+
+
+@dataclass(frozen=True)
+class StoredText:
+    """The canonical text of a stored state, per top-level value (by identity), so a stored
+    form that differs from the last one in a few values, or in a list grown at the end, is
+    encoded in what changed."""
+
+    values: dict[str, tuple[Any, str]]
+
+    @classmethod
+    def of(cls, stored: State, before: StoredText | None, appended: dict[str, int]) -> StoredText:
+        values: dict[str, tuple[Any, str]] = {}
+        for key, value in stored.items():
+            known = before.values.get(key) if before is not None else None
+            if known is not None and known[0] is value:
+                values[key] = known
+                continue
+            text = None
+            if known is not None and key in appended:
+                text = _appended_text(known[0], known[1], value, appended[key])
+            values[key] = (value, canonical(value) if text is None else text)
+        return cls(values)
+
+    def text(self) -> str:
+        # As json.dumps(sort_keys=True) composes it: members in key order, no spaces.
+        members = (f"{canonical(key)}:{self.values[key][1]}" for key in sorted(self.values))
+        return "{" + ",".join(members) + "}"
+
+
+def _tail_of(value: Any) -> tuple[list[Any], str] | None:
+    """The list a stored value grows at, and the text after that list in the value's canonical
+    text: the value itself (``]`` ends it) or a list reference's tail (``]}}``)."""
+    if type(value) is list:
+        return value, ""
+    if large_values.is_ref(value) and "tail" in value[large_values.REF_KEY]:
+        return value[large_values.REF_KEY]["tail"], "}}"
+    return None
+
+
+def _appended_text(old: Any, old_text: str, new: Any, count: int) -> str | None:
+    """The canonical text of ``new``, a stored value that is ``old`` with ``count`` items
+    appended to its list (or to its reference's tail, no block sealed), from ``old``'s text;
+    None when it is not that (then it is encoded whole)."""
+    before, after = _tail_of(old), _tail_of(new)
+    if before is None or after is None or before[1] != after[1]:
+        return None
+    old_items, new_items = before[0], after[0]
+    if len(new_items) != len(old_items) + count or not all(map(is_, old_items, new_items)):
+        return None
+    if after[1] and old[large_values.REF_KEY]["blocks"] != new[large_values.REF_KEY]["blocks"]:
+        return None
+    end = len(old_text) - len(after[1]) - 1  # the list's closing "]"
+    gained = ",".join(canonical(item) for item in new_items[len(old_items) :])
+    if not gained:
+        return old_text
+    return f"{old_text[:end]}{',' if old_items else ''}{gained}]{after[1]}"
 
 
 @dataclass(frozen=True)
@@ -71,8 +182,16 @@ class StateChange:
 
     snapshot: State
     stored: State
-    #: For the snapshot's top-level lists: the list and how to copy each of its elements.
-    copiers: dict[str, tuple[list[Any], Copiers]] = field(default_factory=dict)
+    #: What the next step is handed for the snapshot's top-level lists.
+    handed: dict[str, Handed] = field(default_factory=dict)
+    #: The handed lists let go of, and the objects the step changed.
+    dropped: list[Handed] = field(default_factory=list)
+    stored_text: StoredText | None = None
+    tails: dict[str, tuple[list[Any], int]] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """``canonical(self.stored)``."""
+        return self.stored_text.text() if self.stored_text is not None else canonical(self.stored)
 
 
 class StateTrack:
@@ -83,65 +202,146 @@ class StateTrack:
         self.stored = stored
         self.committed = stored if committed is None else committed
         self._snapshot: State | None = None
-        self._copiers: dict[str, tuple[list[Any], Copiers]] = {}
+        self._handed: dict[str, Handed] = {}
+        #: The handed objects changed through their methods since the last step's check.
+        self._changes: dict[int, Any] = {}
+        self._stored_text: StoredText | None = None
+        #: Per key, a stored list reference's tail and its size (``large_values.offload``).
+        self._tails: dict[str, tuple[list[Any], int]] = {}
 
     def _hydrated(self) -> State:
         if self._snapshot is None:
             self._snapshot = large_values.hydrate(self.tenant_id, self.stored)
         return self._snapshot
 
+    def stored_text(self) -> str:
+        """``canonical(self.stored)``, encoded in what changed since the last time."""
+        if self._stored_text is None:
+            self._stored_text = StoredText.of(self.stored, None, {})
+        return self._stored_text.text()
+
     def working_copy(self) -> State:
-        """A fresh copy of the state with every large value read back, for a step to use (and
-        mutate) as it likes: every container in it is new; strings, numbers, booleans and
-        ``None`` are the snapshot's own (they cannot change)."""
+        """A copy of the state with every large value read back, for a step to use (and mutate)
+        as it likes: nothing mutable in it is the snapshot's."""
+        if self._changes:  # changed between steps by code that kept them: hand fresh ones
+            self._forget(self._handed)
+            self._handed = {}
         copy: State = {}
         for key, value in self._hydrated().items():
             if type(value) is list:
-                copy[key] = list(map(call, self._list_copiers(key, value), value))
+                copy[key] = self._handed_for(key, value).given()
             else:
-                copy[key] = copier(value)(value)
+                copy[key] = _copy(value)
         return copy
 
-    def _list_copiers(self, key: str, value: list[Any]) -> Copiers:
-        cached = self._copiers.get(key)
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        copiers = [copier(item) for item in value]
-        self._copiers[key] = (value, copiers)
-        return copiers
+    def _handed_for(self, key: str, value: list[Any]) -> Handed:
+        handed = self._handed.get(key)
+        if handed is None or handed.source is not value:
+            if handed is not None:
+                handed.let_go()
+            handed = self._handed[key] = Handed.of(value, self._changes)
+        return handed
+
+    def _forget(self, handed: dict[str, Handed]) -> None:
+        for each in handed.values():
+            each.let_go()
+        for item in self._changes.values():
+            item.changes = None
+        self._changes.clear()
+
+    def _as_snapshot(self, returned: State) -> State:
+        """``returned`` with the handed objects it carries on unchanged put back as the
+        snapshot's own, so that comparing it with the snapshot sees them by identity."""
+        snapshot = self._hydrated()
+        changed = self._changes
+        out = returned
+        for key, handed in self._handed.items():
+            value = returned.get(key)
+            source = snapshot.get(key)
+            if type(value) is not list or handed.source is not source:
+                continue
+            count = len(source)
+            if not changed and len(value) >= count and all(map(is_, handed.handed(), value)):
+                if handed.copied:  # fresh copies handed: compared with the snapshot's exactly
+                    prefix = [
+                        mine if given is not _COPY else theirs
+                        for mine, given, theirs in zip(source, handed.objects, value, strict=False)
+                    ]
+                else:
+                    prefix = source
+                rebuilt = prefix + value[count:]
+            else:
+                back = {
+                    id(given): mine
+                    for given, mine in zip(handed.objects, source, strict=True)
+                    if given is not _COPY and id(given) not in changed
+                }
+                rebuilt = [back.get(id(item), item) for item in value]
+            if out is returned:
+                out = dict(returned)
+            out[key] = rebuilt
+        return out
 
     def change(self, returned: Any, *, where: str) -> StateChange:
         """Check the state a step returned (``StateInvalid`` as for a whole state) and make its
         stored form, looking only at what changed."""
         snapshot = self._hydrated()
-        delta = check_json_change(snapshot, returned, where=where)
+        compared = self._as_snapshot(returned) if isinstance(returned, dict) else returned
+        delta = check_json_change(snapshot, compared, where=where)
         new_snapshot = apply(snapshot, delta)
         lists = delta.get("list", {})
+        appended = {
+            key: len(each["append"]) for key, each in lists.items() if each.keys() == {"append"}
+        }
+        known = self._stored_text.values if self._stored_text is not None else {}
+        tails = dict(self._tails)
         stored = large_values.offload(
             self.tenant_id,
             new_snapshot,
             before=self.stored,
             changed={*delta.get("set", ()), *delta.get("sub", ()), *lists},
-            appended={
-                key: len(change["append"])
-                for key, change in lists.items()
-                if change.keys() == {"append"}
+            appended=appended,
+            lengths={
+                key: len(text) for key, (was, text) in known.items() if self.stored.get(key) is was
             },
+            tails=tails,
         )
-        copiers = {}
-        for key, (listed, known) in self._copiers.items():
+        handed: dict[str, Handed] = {}
+        dropped: list[Handed] = []
+        for key, each in self._handed.items():
             now = new_snapshot.get(key)
-            if now is listed:
-                copiers[key] = (listed, known)
-            elif type(now) is list and lists.get(key, {}).keys() == {"append"}:
-                gained = now[len(listed) :]
-                copiers[key] = (now, [*known, *map(copier, gained)])
-        return StateChange(snapshot=new_snapshot, stored=stored, copiers=copiers)
+            if now is each.source:
+                handed[key] = each
+            elif type(now) is list and key in appended and not self._changes:
+                grown = Handed(now, list(each.objects), each.copied, each.last)
+                grown.extend(now[len(each.source) :], self._changes)
+                handed[key] = grown
+            else:
+                dropped.append(each)
+        return StateChange(
+            snapshot=new_snapshot,
+            stored=stored,
+            handed=handed,
+            dropped=dropped,
+            stored_text=StoredText.of(stored, self._stored_text, appended),
+            tails=tails,
+        )
 
     def advance(self, change: StateChange, *, committed: bool) -> None:
         """The step's state is the run's now (and its last checkpoint's, if ``committed``)."""
         self.stored, self._snapshot = change.stored, change.snapshot
-        self._copiers = dict(change.copiers)
+        for each in change.dropped:
+            each.let_go()
+        for item in self._changes.values():  # changed by the step: the next is handed new ones
+            item.changes = None
+        if self._changes:
+            for each in change.handed.values():
+                each.let_go()
+            self._handed = {}
+            self._changes.clear()
+        else:
+            self._handed = dict(change.handed)
+        self._stored_text, self._tails = change.stored_text, change.tails
         if committed:
             self.committed = change.stored
 

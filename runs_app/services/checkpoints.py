@@ -100,6 +100,9 @@ class StepCommit:
     #: chunks the commit is refused (:class:`StaleLease`, nothing written) unless the append
     #: ends there; without chunks it is not used.
     session_len: int | None = None
+    #: ``canonical(state)`` when the worker has it (its state track keeps it up to date by what
+    #: changed); ``None``: encoded here.
+    state_text: str | None = None
 
 
 def _step_commit_sql(*, finishing: bool) -> str:
@@ -193,7 +196,7 @@ def checkpoint_commit(
     """
     keyframes = keyframes if keyframes is not None else Keyframes()
     state = commit.state
-    state_json = canonical(state)
+    state_json = commit.state_text if commit.state_text is not None else canonical(state)
     full = checkpoint_seq == 0 or keyframes.delta_bytes is None
     stored_state: Any = state
     stored_len = len(state_json)
@@ -210,7 +213,7 @@ def checkpoint_commit(
     event_data.setdefault("next", commit.next_nodes)
     if commit.finish is not None:
         check_transition("running", commit.finish)
-    stored = _Stored(stored_state, full, state_digest, event_data)
+    stored = _Stored(stored_state, full, state_digest, event_data, state_json)
     if composed.composed_sql() and commit.finish in (None, "succeeded"):
         seq = _sql_commit(claim, commit, stored)
     else:
@@ -228,6 +231,8 @@ class _Stored:
     full: bool
     digest: str
     event_data: dict[str, Any]
+    #: The state's canonical text (the run's output when the commit finishes it).
+    text: str
 
 
 def _sql_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
@@ -248,7 +253,7 @@ def _sql_commit(claim: Claim, commit: StepCommit, stored: _Stored) -> int:
         **session_sql.append_params(drafts),
     }
     if finishing:
-        params["whole_state"] = canonical(commit.state)
+        params["whole_state"] = stored.text
     try:
         rows = composed.execute_composed(_FINISH_SQL if finishing else _COMMIT_SQL, params)
     except IntegrityError as exc:  # the append was not this lease's, or did not end as expected
