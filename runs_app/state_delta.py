@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Mapping
 from itertools import chain
 from operator import is_
 from typing import Any
@@ -415,20 +416,33 @@ def check_json_state(state: Any, *, where: str = "state") -> JSONDict:
     return loaded
 
 
-def check_json_change(old: JSONDict, new: Any, *, where: str = "state") -> JSONDict:
+def check_json_change(
+    old: JSONDict,
+    new: Any,
+    *,
+    where: str = "state",
+    appended: Mapping[str, JSONList] | None = None,
+) -> JSONDict:
     """The delta from ``old`` (a state checked before) to ``new``, checked as
     :func:`check_json_state` checks a whole state, but only where it changed: the values the
     delta sets, inserts or appends, each at its depth in the new state. Costs what changed, not
     the state's size. The delta's new values are fresh JSON (a tuple becomes a list), so
     ``apply(old, result)`` is exactly what :func:`check_json_state` returns for ``new``; raises
-    :class:`StateInvalid` as it does."""
+    :class:`StateInvalid` as it does.
+
+    ``appended``: keys whose list in ``new`` the caller knows to be ``old``'s (its very
+    elements) followed by these items; their start is not compared again."""
     if not isinstance(new, dict):
         raise StateInvalid(
             f"{where} must be a dict (a JSON object), got {type(new).__name__}",
             details={"state": ["must be a JSON object"]},
         )
     try:
+        if appended:
+            new = {**new, **{key: old[key] for key in appended}}
         delta = diff(old, new)
+        for key, items in (appended or {}).items():
+            _append_change(delta, key, old[key], items)
         problem = _object_change_problem(delta, old, "state", 1)
         if problem is None:
             text = json.dumps(delta, sort_keys=True, allow_nan=False)
@@ -442,6 +456,23 @@ def check_json_change(old: JSONDict, new: Any, *, where: str = "state") -> JSOND
         raise StateInvalid(f"{where}{suffix}", details={"state": [detail]})
     loaded: JSONDict = json.loads(text)
     return loaded
+
+
+def _append_change(delta: JSONDict, key: str, before: JSONList, items: JSONList) -> None:
+    """Put into ``delta`` the change of ``key`` from ``before`` to ``before + items``, as
+    :func:`_change` would: an append, or the whole new list when that is shorter."""
+    if not items:
+        return
+    nested = {"append": items}
+    limit = len(canonical(nested)) + len("list") + 6
+    if measure(before, limit) > limit:  # the new list is longer still
+        delta.setdefault("list", {})[key] = nested
+        return
+    whole = before + items
+    if measure(whole, limit) > limit:
+        delta.setdefault("list", {})[key] = nested
+    else:
+        delta.setdefault("set", {})[key] = whole
 
 
 #: Why a change cannot be stored: the end of the message after ``where``, and the detail.

@@ -249,12 +249,14 @@ class StateTrack:
             item.changes = None
         self._changes.clear()
 
-    def _as_snapshot(self, returned: State) -> State:
+    def _as_snapshot(self, returned: State) -> tuple[State, dict[str, list[Any]]]:
         """``returned`` with the handed objects it carries on unchanged put back as the
-        snapshot's own, so that comparing it with the snapshot sees them by identity."""
+        snapshot's own, so that comparing it with the snapshot sees them by identity; and the
+        keys whose list is the snapshot's followed by new items, with those items."""
         snapshot = self._hydrated()
         changed = self._changes
         out = returned
+        appended: dict[str, list[Any]] = {}
         for key, handed in self._handed.items():
             value = returned.get(key)
             source = snapshot.get(key)
@@ -262,13 +264,14 @@ class StateTrack:
                 continue
             count = len(source)
             if not changed and len(value) >= count and all(map(is_, handed.handed(), value)):
-                if handed.copied:  # fresh copies handed: compared with the snapshot's exactly
-                    prefix = [
-                        mine if given is not _COPY else theirs
-                        for mine, given, theirs in zip(source, handed.objects, value, strict=False)
-                    ]
-                else:
-                    prefix = source
+                if not handed.copied:  # the snapshot's list, then what the step added
+                    appended[key] = value[count:]
+                    continue
+                # Fresh copies handed: those are compared with the snapshot's exactly.
+                prefix = [
+                    mine if given is not _COPY else theirs
+                    for mine, given, theirs in zip(source, handed.objects, value, strict=False)
+                ]
                 rebuilt = prefix + value[count:]
             else:
                 back = {
@@ -280,19 +283,20 @@ class StateTrack:
             if out is returned:
                 out = dict(returned)
             out[key] = rebuilt
-        return out
+        return out, appended
 
     def change(self, returned: Any, *, where: str) -> StateChange:
         """Check the state a step returned (``StateInvalid`` as for a whole state) and make its
         stored form, looking only at what changed."""
         snapshot = self._hydrated()
-        compared = self._as_snapshot(returned) if isinstance(returned, dict) else returned
-        delta = check_json_change(snapshot, compared, where=where)
+        appended: dict[str, list[Any]] = {}
+        compared = returned
+        if isinstance(returned, dict):
+            compared, appended = self._as_snapshot(returned)
+        delta = check_json_change(snapshot, compared, where=where, appended=appended)
         new_snapshot = apply(snapshot, delta)
         lists = delta.get("list", {})
-        appended = {
-            key: len(each["append"]) for key, each in lists.items() if each.keys() == {"append"}
-        }
+        grew = {key: len(one["append"]) for key, one in lists.items() if one.keys() == {"append"}}
         known = self._stored_text.values if self._stored_text is not None else {}
         tails = dict(self._tails)
         stored = large_values.offload(
@@ -300,7 +304,7 @@ class StateTrack:
             new_snapshot,
             before=self.stored,
             changed={*delta.get("set", ()), *delta.get("sub", ()), *lists},
-            appended=appended,
+            appended=grew,
             lengths={
                 key: len(text) for key, (was, text) in known.items() if self.stored.get(key) is was
             },
@@ -312,7 +316,7 @@ class StateTrack:
             now = new_snapshot.get(key)
             if now is each.source:
                 handed[key] = each
-            elif type(now) is list and key in appended and not self._changes:
+            elif type(now) is list and key in grew and not self._changes:
                 grown = Handed(now, list(each.objects), each.copied, each.last)
                 grown.extend(now[len(each.source) :], self._changes)
                 handed[key] = grown
@@ -323,7 +327,7 @@ class StateTrack:
             stored=stored,
             handed=handed,
             dropped=dropped,
-            stored_text=StoredText.of(stored, self._stored_text, appended),
+            stored_text=StoredText.of(stored, self._stored_text, grew),
             tails=tails,
         )
 
