@@ -54,6 +54,10 @@ class TrackedDict(dict[Any, Any]):
     __slots__ = ("changes",)
     changes: dict[int, Any] | None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.changes = None  # also for one made by code of its own (``type(d)(...)``)
+        dict.__init__(self, *args, **kwargs)
+
     def _changing(self) -> None:
         changes = self.changes
         if changes is not None:

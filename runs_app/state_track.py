@@ -25,7 +25,8 @@ very objects handed and none of them noted a change, its prefix is the snapshot'
 only what follows is checked (:func:`state_delta.check_json_change`). Anything mutated,
 replaced or reordered is compared exactly, value by value. A message the step changed is let
 go (it no longer notes anything) and a fresh copy is handed from then on; so is one changed
-between steps, by code that kept it: the next step sees the state as it was stored.
+between steps, by code that kept it: the next step sees the state as it was stored. One kept
+from an earlier step and changed during a later one is the later step's change.
 
 Only the changed keys are offloaded, and the stored form's canonical text is kept beside it
 and extended by what a step appended (:class:`StoredText`), so a checkpoint's digest does not

@@ -125,6 +125,11 @@ def test_a_handed_message_copies_pickles_and_encodes_as_a_plain_dict():
         assert made == message
     assert json.loads(json.dumps(message)) == message
     assert canonical(message) == canonical(dict(message))
+    # One made by code that copies "like its type" is a working dict that notes nothing.
+    made_alike = type(message)(message)
+    made_alike["content"] = "changed"
+    assert type(message).fromkeys(["a"], 1) == {"a": 1}
+    assert message["content"] == "message 0"
 
 
 def test_lists_of_other_values_are_handed_fresh_copies_of_what_is_not_flat():
@@ -192,3 +197,31 @@ def test_the_kept_text_and_tail_sizes_are_what_encoding_the_whole_gives(
         assert track.stored_text() == canonical(track.stored)
     rebuilt = StateTrack(project.tenant_id, track.stored).working_copy()
     assert rebuilt == track.working_copy()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("count", [5, 400], ids=["inline", "in blocks"])
+def test_messages_changed_in_place_reach_every_checkpoint(registry, project, small_inline, count):
+    from runs_app import services
+    from runs_app.models import Checkpoint
+    from tests.runs_app.conftest import drive
+
+    run, _ = services.run_create(
+        project=project,
+        workflow=registry.get("editing_list"),
+        state={"messages": [], "count": count},
+    )
+    done = drive(registry, run.id)
+    assert done.status == "succeeded", done.error
+    messages = large_values.hydrate(project.tenant_id, done.output)["messages"]
+    assert messages[0]["content"] == "changed through the kept object"
+    assert messages[1]["content"] == "edited in place"
+    assert [m["content"] for m in messages[2:4]] == ["m3", "m4"]  # "m2" was removed
+    assert messages[-2:] == [
+        {"role": "assistant", "content": "after the edit"},
+        {"role": "user", "content": "kept"},
+    ]
+    assert len(messages) == count + 1
+    # Every checkpoint rebuilds, its digest checked (run_state_at refuses a mismatch).
+    for seq in Checkpoint.objects.filter(run=done).values_list("seq", flat=True):
+        services.run_state_at(done, seq)

@@ -306,3 +306,42 @@ class GrowingList(flow.Workflow):
     @flow.step(effects="none")
     def fourth(self, state, ctx):
         return self._grown(state, "fourth")
+
+
+#: A message a step of ``editing_list`` keeps, for a later step to change.
+KEPT: dict[str, object] = {}
+
+
+class EditingList(flow.Workflow):
+    """Messages kept in the state and changed in place: appended, edited by index, edited
+    through an object kept from an earlier step, removed."""
+
+    name = "editing_list"
+
+    @flow.step(entry=True, successors=("edit",), effects="none")
+    def grow(self, state, ctx):
+        state["messages"] = state["messages"] + [
+            {"role": "user", "content": f"m{n}"} for n in range(state["count"])
+        ]
+        return state
+
+    @flow.step(successors=("keep",), effects="none")
+    def edit(self, state, ctx):
+        state["messages"][1]["content"] = "edited in place"
+        state["messages"].append({"role": "assistant", "content": "after the edit"})
+        # Returns nothing: the run goes on with the state it handed, as changed.
+
+    @flow.step(successors=("use_kept",), effects="none", checkpoint=False)
+    def keep(self, state, ctx):
+        KEPT["message"] = state["messages"][0]
+        return {**state, "messages": [*state["messages"], {"role": "user", "content": "kept"}]}
+
+    @flow.step(successors=("drop",), effects="none")
+    def use_kept(self, state, ctx):
+        KEPT["message"]["content"] = "changed through the kept object"
+        return state
+
+    @flow.step(effects="none")
+    def drop(self, state, ctx):
+        del state["messages"][2]
+        return state
