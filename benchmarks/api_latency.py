@@ -57,7 +57,9 @@ SUBSCRIBER_TOKENS = 4  # 25 sockets each: under the default per-principal WebSoc
 class Profile:
     """One ``production-local`` instance of a checkout, on free ports and a throw-away DB."""
 
-    def __init__(self, checkout: Path, label: str, web_workers: int | None) -> None:
+    def __init__(
+        self, checkout: Path, label: str, web_workers: int | None, prefix: str = "openrath_api"
+    ) -> None:
         self.checkout = checkout
         self.label = label
         slug = re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
@@ -78,9 +80,9 @@ class Profile:
             "OPENRATH_LOCAL_WEED_FILER_PORT": str(filer),
             "OPENRATH_LOCAL_WORKER_METRICS_PORT": str(metrics),
             "OPENRATH_LOCAL_WEED_GRPC_BASE": str(consecutive_free_ports(4)),
-            "OPENRATH_LOCAL_DB": f"openrath_api_{slug}_{os.getpid()}",
-            "OPENRATH_LOCAL_OWNER_ROLE": f"openrath_api_{slug}_owner",
-            "OPENRATH_LOCAL_RUNTIME_ROLE": f"openrath_api_{slug}_app",
+            "OPENRATH_LOCAL_DB": f"{prefix}_{slug}_{os.getpid()}",
+            "OPENRATH_LOCAL_OWNER_ROLE": f"{prefix}_{slug}_owner",
+            "OPENRATH_LOCAL_RUNTIME_ROLE": f"{prefix}_{slug}_app",
             "OPENRATH_LOCAL_CELERY_CONCURRENCY": "1",
             "OPENRATH_LOCAL_REDIS_DB": os.environ.get("OPENRATH_API_BENCH_REDIS_DB", "6"),
             "OPENRATH_WORKFLOW_MODULES": WORKFLOWS,
@@ -473,8 +475,15 @@ def main() -> None:
         action="store_true",
         help="also measure this checkout with one web process (the per-process cost)",
     )
+    parser.add_argument(
+        "--db-prefix",
+        default="openrath_api",
+        help="prefix of the throw-away database's and roles' names (two runs at once need two)",
+    )
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", args.db_prefix):
+        parser.error("--db-prefix: a lower-case identifier of at most 31 characters")
     checkouts: list[tuple[str, Path, int | None]] = [("after", REPO, args.web_workers)]
     if args.before is not None:
         checkouts.insert(0, ("before", args.before.resolve(), args.web_workers))
@@ -484,7 +493,7 @@ def main() -> None:
     for round_ in range(1, args.rounds + 1):
         for label, checkout, web_workers in checkouts:
             print(f"round {round_}: {label} ({checkout})", file=sys.stderr, flush=True)
-            result = measure_profile(Profile(checkout, label, web_workers), args)
+            result = measure_profile(Profile(checkout, label, web_workers, args.db_prefix), args)
             result["round"] = round_
             results.append(result)
             print(table([result]).splitlines()[-1], file=sys.stderr, flush=True)

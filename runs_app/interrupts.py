@@ -288,6 +288,13 @@ def interrupt_resolve(
                 code="illegal_transition",
                 details={"run_status": run.status},
             )
+        changes = InterruptChanges(
+            decision=decision,
+            response=response,
+            reason=reason[:500],
+            resolved_by=actor[:200],
+            resolved_at=timezone.now(),
+        )
         moved = services.ledger_transition(
             machine=INTERRUPT,
             model=Interrupt,
@@ -295,13 +302,8 @@ def interrupt_resolve(
             run_id=run.id,
             to="resolved",
             sources=["pending"],
-            changes=InterruptChanges(
-                decision=decision,
-                response=response,
-                reason=reason[:500],
-                resolved_by=actor[:200],
-                resolved_at=timezone.now(),
-            ),
+            changes=changes,
+            locked_run=run,  # locked above: neither read nor locked again
             run_move=services.RunMove(
                 to="queued",
                 event="interrupt.resolved",
@@ -315,9 +317,16 @@ def interrupt_resolve(
                 },
             ),
         )
-        locked.refresh_from_db()
         if not moved:  # unreachable under the locks above; a miss must never pass silently
+            locked.refresh_from_db()
             raise _already_decided(locked)
+        # The row as the UPDATE left it, without reading it back: it is locked, and only these
+        # columns changed (the response as its JSON column returns it).
+        locked.status = "resolved"
+        for name, value in changes.columns().items():
+            setattr(locked, name, value)
+        if response is not None:
+            locked.response = json.loads(json.dumps(response))
     return locked
 
 

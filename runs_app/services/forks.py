@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from openrath_project import large_values
 from openrath_project.errors import Conflict, ValidationFailed
@@ -97,6 +97,14 @@ def _start_session(run: Run) -> tuple[uuid.UUID, int]:
         .first()
     )
     return first.id, int(by_step) if by_step is not None else first.length
+
+
+def _key_share(run_id: uuid.UUID) -> None:
+    """Take now the lock the fork edge's foreign key takes on the run (PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {Run._meta.db_table} WHERE id = %s FOR KEY SHARE", [run_id])  # noqa: S608
 
 
 def fork_point(run: Run, seq: int) -> ForkPoint:
@@ -222,6 +230,11 @@ def run_fork(
         origin_carrier=run.trace_context or None,
     )
     with transaction.atomic():
+        # The lock order of every start: the rows it references first, the tenant's queue lock
+        # last. The edge's foreign key share-locks the run; a submission that superseded it
+        # holds its row lock and then asks for the queue lock, so taking the queue lock first
+        # here could deadlock with it.
+        _key_share(run.id)
         _check_queue_cap(run.tenant_id)  # inside the insert's transaction, as run_create's
         with session_context.writing(actor=actor or "api", run_id=child_id):
             working = session_services.session_fork(

@@ -45,6 +45,7 @@ def ledger_transition(
     sources: Collection[str] | None = None,
     token: int | None = None,
     run_move: RunMove | None = None,
+    locked_run: Run | None = None,
 ) -> bool:
     """Move an interrupt or an effect (a ``model`` row of run ``run_id``) to ``to`` with one
     compare-and-set; the one write path of every status change of those rows.
@@ -57,6 +58,10 @@ def ledger_transition(
     caller's bug). ``token``: the run must still be ``running`` under this lease (the effect
     ledger's fence). Returns ``False``, having changed nothing, when the fence or the
     compare-and-set fails (the caller reads the row again to say why).
+
+    ``locked_run``: the run, read and locked FOR UPDATE by the caller in the transaction it has
+    open (``interrupt_resolve``): it is not read or locked again, and no savepoint is taken, so
+    an error here rolls back the caller's whole transaction (which it does not catch).
     """
     allowed = machine.sources(to) if sources is None else frozenset(sources)
     for source in allowed:
@@ -68,12 +73,20 @@ def ledger_transition(
         f.name == "updated_at" for f in model._meta.concrete_fields
     ):
         columns["updated_at"] = timezone.now()
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(id=run_id)
-        if token is not None:
-            run = run.filter(fencing_token=token, status="running")
-        if not run.exists():
-            return False
+    if locked_run is not None and locked_run.id != run_id:
+        raise ValueError("locked_run is not the run the row belongs to")
+    with transaction.atomic(savepoint=locked_run is None):
+        if locked_run is not None:
+            if token is not None and (
+                locked_run.fencing_token != token or locked_run.status != "running"
+            ):
+                return False
+        else:
+            run = Run.objects.select_for_update().filter(id=run_id)
+            if token is not None:
+                run = run.filter(fencing_token=token, status="running")
+            if not run.exists():
+                return False
         updated = model._default_manager.filter(
             pk=pk, run_id=run_id, status__in=sorted(allowed)
         ).update(status=to, **columns)
@@ -88,5 +101,6 @@ def ledger_transition(
                 data=run_move.data,
                 expect=run_move.expect,
                 changes=run_move.changes,
+                locked=locked_run,
             )
     return True

@@ -344,8 +344,12 @@ def _queue(
     with an ``input_policy``, the concurrent-input admission on ``session`` (:func:`_admit`).
 
     On PostgreSQL a run with a new, empty working session (no session to fork, no user
-    message) is one composed statement after the tenant's queue lock (:mod:`.start_sql`);
-    otherwise the ORM writes the same rows."""
+    message) is one composed statement after the tenant's queue lock (:mod:`.start_sql`); a
+    run with a working session to write first (a fork, a first message) is that session, then
+    the lock and one composed statement for the run and its event (:func:`_queue_orm`);
+    elsewhere the ORM writes the same rows. The plan is known stored from this process's
+    memory on PostgreSQL (the composed statements check it; a miss stores it and starts
+    again), else by an existence check."""
     fields = {
         "name": name,
         "next_nodes": next_nodes,
@@ -361,20 +365,27 @@ def _queue(
     try:
         if composed.composed_sql() and session is None and not user_message:
             return _queue_composed(project=project, plan_row=plan_row, **fields), True
-        plan_hash = (
-            plan_row.hash if isinstance(plan_row, WorkflowPlan) else _plan_in_store(plan_row)
-        )
-        return (
-            _queue_orm(
-                project=project,
-                plan_hash=plan_hash,
-                session=session,
-                user_message=user_message,
-                input_policy=input_policy,
-                **fields,
-            ),
-            True,
-        )
+        for _attempt in range(2):
+            if isinstance(plan_row, WorkflowPlan):
+                plan_hash = plan_row.hash
+            elif composed.composed_sql():  # the insert checks that the plan is stored
+                plan_hash = _stored_plan_hash(plan_row)
+            else:
+                plan_hash = _plan_in_store(plan_row)
+            try:
+                run = _queue_orm(
+                    project=project,
+                    plan_hash=plan_hash,
+                    session=session,
+                    user_message=user_message,
+                    input_policy=input_policy,
+                    **fields,
+                )
+            except _PlanNotStored:  # rolled back; e.g. a test's rolled-back transaction stored it
+                _forget_plan(plan_hash)
+                continue
+            return run, True
+        raise RuntimeError(f"the plan {plan_hash} could not be stored")
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -502,12 +513,22 @@ def _queue_orm(
     input_policy: str | None = None,
     **fields: Any,
 ) -> Run:
-    """The portable start: the same rows through the ORM, in one transaction."""
+    """The start with a working session to fork or a first message: the same rows in one
+    transaction.
+
+    On PostgreSQL the tenant's queue lock is taken last, just before one statement that counts
+    the tenant's queued runs and inserts the run and its event (:func:`start_sql.insert_run`,
+    which also checks that the plan is stored: :class:`_PlanNotStored` when it is not, the
+    transaction rolled back): the lock that serialises all of a tenant's submissions is held
+    for that statement and the commit only, not for the admission and the fork before it (the
+    lock order: the session's input lock, then the tenant's). Elsewhere the ORM writes the
+    same rows after the count, at the same point (SQLite: one writer at a time), so a busy
+    session is a 409 before a full queue is a 429 on both."""
     run_id = uuid7()
     name, created_by = fields["name"], fields["created_by"]
     title = _title(name)
+    composed_insert = composed.composed_sql()
     with transaction.atomic():
-        _check_queue_cap(project.tenant_id)
         admission = None
         if session is not None and input_policy is not None:
             admission = _admit(session, input_policy)
@@ -559,8 +580,19 @@ def _queue_orm(
         if admission is not None and admission.after is not None:
             run.after_run = admission.after
             run.wake_at = HELD_UNTIL
-        run.save(force_insert=True)
-        _created_event(run, plan_hash, working).save(force_insert=True)
+        created = _created_event(run, plan_hash, working)
+        if composed_insert:
+            start_sql.lock_tenant_queue(project.tenant_id)
+            cap = _queue_cap()
+            queued, inserted = start_sql.insert_run(run=run, event=created, cap=cap)
+            if not inserted:
+                if queued >= cap:
+                    raise _queue_full(queued, cap)
+                raise _PlanNotStored(plan_hash)
+        else:  # the same order: the session decided first, then the tenant's cap
+            _check_queue_cap(project.tenant_id)
+            run.save(force_insert=True)
+            created.save(force_insert=True)
         publish_event(run.id, 1)
         if admission is not None:
             _apply_admission(run, admission)
@@ -980,15 +1012,21 @@ def run_transition(
     token: int | None = None,
     changes: RunChanges | None = None,
     lease_expired_before: datetime | None = None,
+    locked: Run | None = None,
 ) -> Run:
     """Move a run to status ``to`` (compare-and-set under the row lock) and append its event.
 
     ``expect``: the statuses it may be in (a 409 otherwise); ``token``: the lease that must
     still be current (:class:`StaleLease` otherwise). Releasing statuses clear the lease.
     Saves only the columns that change (``changes`` and what the status implies).
+    ``locked``: the run as the caller read it FOR UPDATE in the transaction it has open (it
+    is moved in place, not read again, and no savepoint is taken: an error rolls back the
+    caller's transaction).
     """
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
+    if locked is not None and locked.id != run_id:
+        raise ValueError("locked is not the run to move")
+    with transaction.atomic(savepoint=locked is None):
+        run = locked if locked is not None else Run.objects.select_for_update().get(id=run_id)
         if token is not None and (run.fencing_token != token or run.status != "running"):
             raise StaleLease(
                 "the run's lease is no longer this worker's",

@@ -4,11 +4,13 @@
 as model instances, exactly as the ORM would insert them, and :func:`insert_start` writes the
 three rows with one composed statement that also checks, in the same snapshot, that the tenant
 is under its queue cap (a count bounded by the cap: it reads at most ``cap`` index entries) and
-that the run's plan is stored (a primary-key lookup). :func:`lock_tenant_queue` comes first in
-the transaction: a per-tenant advisory lock, so concurrent submissions of one tenant count one
-after the other and the cap holds under concurrency (the composed statement's snapshot is taken
-after the lock is granted, so it sees every submission committed before it). Submissions of
-different tenants do not wait for each other (the lock's key is the tenant's).
+that the run's plan is stored (a primary-key lookup); :func:`insert_run` does the same for a run
+whose working session the transaction wrote already (a fork, a session with a first message).
+:func:`lock_tenant_queue` comes just before either statement: a per-tenant advisory lock, so
+concurrent submissions of one tenant count one after the other and the cap holds under
+concurrency (the composed statement's snapshot is taken after the lock is granted, so it sees
+every submission committed before it). Submissions of different tenants do not wait for each
+other (the lock's key is the tenant's).
 """
 
 from __future__ import annotations
@@ -113,3 +115,41 @@ def insert_start(
             obj._state.adding = False
             obj._state.db = connection.alias
     return int(queued), bool(plans_found), bool(inserted)
+
+
+@functools.cache
+def _run_sql() -> str:
+    quote = connection.ops.quote_name
+    runs, plans = quote(Run._meta.db_table), quote(WorkflowPlan._meta.db_table)
+    first_event = 4 + len(_columns(Run))
+    return f"""
+WITH q AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs} WHERE tenant_id = $1 AND status = 'queued' LIMIT $2
+    ) AS queued
+), p AS (
+    SELECT hash FROM {plans} WHERE hash = $3
+), r AS (
+    {_insert(Run, "q, p WHERE q.n < $2", 4)}
+    RETURNING id
+), e AS (
+    {_insert(RunEvent, "r", first_event)}
+)
+SELECT (SELECT n FROM q), (SELECT count(*) FROM r)
+"""  # noqa: S608 - names from model metadata, values are parameters
+
+
+def insert_run(*, run: Run, event: RunEvent, cap: int) -> tuple[int, bool]:
+    """Insert ``run`` and its ``event`` if the tenant has fewer than ``cap`` queued runs and the
+    run's plan is stored (the rows it refers to, its working session, are written already in
+    this transaction). Returns ``(queued, inserted)``: the bounded count of the tenant's
+    queued runs before this one, whether the rows were inserted (not inserted under the cap:
+    the plan is not stored). Call inside a transaction, after :func:`lock_tenant_queue`."""
+    params = [run.tenant_id, Int8(cap), run.plan_id, *_values(run), *_values(event)]
+    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
+        cursor.execute(_run_sql(), params, prepare=True)
+        queued, inserted = cursor.fetchone()  # type: ignore[misc]
+    if inserted:
+        run._state.adding = False
+        run._state.db = connection.alias
+    return int(queued), bool(inserted)
