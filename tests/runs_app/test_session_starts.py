@@ -155,9 +155,7 @@ def test_concurrent_fork_starts_at_the_cap_never_exceed_it(project, registry, se
 
 
 @pytest.mark.django_db
-def test_a_busy_session_is_refused_as_busy_also_when_the_queue_is_full(
-    project, registry, settings
-):
+def test_a_busy_session_is_refused_as_busy_also_when_the_queue_is_full(project, registry, settings):
     # The same answer on both profiles: the session is decided before the tenant's cap.
     workflow = registry.get("linear")
     conversation = _conversation(project)
