@@ -72,20 +72,26 @@ def _values(obj: models.Model) -> list[Any]:
     ]
 
 
-@functools.cache
-def _start_sql() -> str:
+def _cap_and_plan() -> str:
+    """The two first parts of both start statements: the tenant's queued runs, counted up to the
+    cap (``$1`` the tenant, ``$2`` the cap), and the plan if it is stored (``$3`` its hash)."""
     quote = connection.ops.quote_name
     runs, plans = quote(Run._meta.db_table), quote(WorkflowPlan._meta.db_table)
-    first_run = 4 + len(_columns(Session))
-    first_event = first_run + len(_columns(Run))
-    return f"""
-WITH q AS (
+    return f"""WITH q AS (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs} WHERE tenant_id = $1 AND status = 'queued' LIMIT $2
     ) AS queued
 ), p AS (
     SELECT hash FROM {plans} WHERE hash = $3
-), s AS (
+)"""  # noqa: S608 - names from model metadata, values are parameters
+
+
+@functools.cache
+def _start_sql() -> str:
+    first_run = 4 + len(_columns(Session))
+    first_event = first_run + len(_columns(Run))
+    return f"""
+{_cap_and_plan()}, s AS (
     {_insert(Session, "q, p WHERE q.n < $2", 4)}
     RETURNING id
 ), r AS (
@@ -119,17 +125,9 @@ def insert_start(
 
 @functools.cache
 def _run_sql() -> str:
-    quote = connection.ops.quote_name
-    runs, plans = quote(Run._meta.db_table), quote(WorkflowPlan._meta.db_table)
     first_event = 4 + len(_columns(Run))
     return f"""
-WITH q AS (
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM {runs} WHERE tenant_id = $1 AND status = 'queued' LIMIT $2
-    ) AS queued
-), p AS (
-    SELECT hash FROM {plans} WHERE hash = $3
-), r AS (
+{_cap_and_plan()}, r AS (
     {_insert(Run, "q, p WHERE q.n < $2", 4)}
     RETURNING id
 ), e AS (

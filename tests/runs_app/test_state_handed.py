@@ -21,6 +21,7 @@ from runs_app import state_delta
 from runs_app.state_delta import TrackedDict, check_json_state
 from runs_app.state_track import StateTrack
 from tests.runs_app.test_state_delta import assert_exactly
+from tests.runs_app.test_state_track import artifacts_dir  # noqa: F401 - a fixture
 
 TENANT = "00000000-0000-0000-0000-000000000001"
 
@@ -153,14 +154,7 @@ OPS = st.lists(
 
 
 @pytest.fixture
-def small_inline(settings, tmp_path):
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": str(tmp_path / "artifacts")},
-        },
-    }
+def small_inline(artifacts_dir, settings):  # noqa: F811 - the fixture imported above
     settings.OPENRATH_STATE_INLINE_BYTES = 600
 
 
