@@ -183,16 +183,17 @@ class StateChange:
 
     snapshot: State
     stored: State
+    #: The canonical text of ``stored``, by value.
+    stored_text: StoredText
     #: What the next step is handed for the snapshot's top-level lists.
     handed: dict[str, Handed] = field(default_factory=dict)
-    #: The handed lists let go of, and the objects the step changed.
+    #: The handed lists no longer of the state, to let go of.
     dropped: list[Handed] = field(default_factory=list)
-    stored_text: StoredText | None = None
     tails: dict[str, tuple[list[Any], int]] = field(default_factory=dict)
 
     def text(self) -> str:
         """``canonical(self.stored)``."""
-        return self.stored_text.text() if self.stored_text is not None else canonical(self.stored)
+        return self.stored_text.text()
 
 
 class StateTrack:
@@ -337,13 +338,9 @@ class StateTrack:
         self.stored, self._snapshot = change.stored, change.snapshot
         for each in change.dropped:
             each.let_go()
-        for item in self._changes.values():  # changed by the step: the next is handed new ones
-            item.changes = None
-        if self._changes:
-            for each in change.handed.values():
-                each.let_go()
+        if self._changes:  # changed by the step: the next is handed new ones
+            self._forget(change.handed)
             self._handed = {}
-            self._changes.clear()
         else:
             self._handed = dict(change.handed)
         self._stored_text, self._tails = change.stored_text, change.tails

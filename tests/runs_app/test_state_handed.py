@@ -68,7 +68,7 @@ def test_a_message_changed_through_each_method_is_a_change():
         "setdefault": lambda m: m.setdefault("extra", "new"),
         "clear": lambda m: m.clear(),
     }
-    for name, edit in edits.items():
+    for edit in edits.values():
         track = StateTrack(TENANT, check_json_state({"messages": _messages(5)}))
         working = track.working_copy()
         working["messages"].append({"role": "assistant", "content": "appended"})
@@ -77,7 +77,7 @@ def test_a_message_changed_through_each_method_is_a_change():
         change = track.change(working, where="the state")
         assert_exactly(change.snapshot, expected)
         track.advance(change, committed=True)
-        assert_exactly(track.working_copy(), expected), name
+        assert_exactly(track.working_copy(), expected)
 
 
 def test_a_message_kept_and_changed_after_its_step_is_not_the_state():
