@@ -194,6 +194,40 @@ def test_the_cap_refuses_with_the_count_and_leaves_nothing(project, registry, se
 SUBMITTERS = 12
 
 
+def submit_at_once(submitters: int, submit: Any) -> list[str]:
+    """``submitters`` threads, released together, each calling ``submit(index, attempt)`` twice
+    (the late ones meet a full queue); every outcome, ``"queued"`` or ``"refused"`` (a 429).
+    Any other error fails the test."""
+    barrier = threading.Barrier(submitters)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout=60)
+            for attempt in range(2):
+                try:
+                    submit(index, attempt)
+                    result = "queued"
+                except RateLimited:
+                    result = "refused"
+                with lock:
+                    outcomes.append(result)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(submitters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    return outcomes
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("already_queued", [0, 3])
@@ -207,35 +241,12 @@ def test_concurrent_submissions_at_the_cap_never_exceed_it(
     workflow = registry.get("linear")
     for _ in range(already_queued):
         services.run_create(project=project, workflow=workflow, state={})
-    barrier = threading.Barrier(SUBMITTERS)
-    outcomes: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def submit(index: int) -> None:
-        try:
-            barrier.wait(timeout=60)
-            for attempt in range(2):  # two each: the late ones meet a full queue
-                try:
-                    services.run_create(
-                        project=project, workflow=workflow, state={"i": index, "a": attempt}
-                    )
-                    result = "queued"
-                except RateLimited:
-                    result = "refused"
-                with lock:
-                    outcomes.append(result)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=submit, args=(n,)) for n in range(SUBMITTERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
+    outcomes = submit_at_once(
+        SUBMITTERS,
+        lambda index, attempt: services.run_create(
+            project=project, workflow=workflow, state={"i": index, "a": attempt}
+        ),
+    )
     assert len(outcomes) == 2 * SUBMITTERS
     assert outcomes.count("queued") == 5 - already_queued
     assert Run.objects.filter(tenant_id=project.tenant_id, status="queued").count() == 5

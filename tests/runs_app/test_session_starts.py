@@ -6,10 +6,8 @@ goes through. Portable ones run on SQLite too."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from openrath_project.errors import RateLimited
 from runs_app import services
@@ -17,6 +15,7 @@ from runs_app.models import Run, RunEvent, WorkflowPlan
 from sessions_app import services as session_services
 from sessions_app.chunk_rules import make_draft
 from sessions_app.models import LineageEdge, Session
+from tests.runs_app.test_cheap_starts import submit_at_once
 from tests.support import require_postgres
 
 
@@ -113,40 +112,14 @@ def test_concurrent_fork_starts_at_the_cap_never_exceed_it(project, registry, se
     workflow = registry.get("linear")
     conversations = [_conversation(project, f"c{i}") for i in range(SUBMITTERS)]
     sessions_before = Session.objects.count()
-    barrier = threading.Barrier(SUBMITTERS)
-    outcomes: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
 
-    def submit(index: int) -> None:
-        try:
-            barrier.wait(timeout=60)
-            for attempt in range(2):
-                try:
-                    if attempt == 0:
-                        services.run_create(
-                            project=project, workflow=workflow, session=conversations[index]
-                        )
-                    else:
-                        services.run_create(
-                            project=project, workflow=workflow, user_message=f"m{index}"
-                        )
-                    result = "queued"
-                except RateLimited:
-                    result = "refused"
-                with lock:
-                    outcomes.append(result)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+    def submit(index: int, attempt: int) -> None:
+        if attempt == 0:
+            services.run_create(project=project, workflow=workflow, session=conversations[index])
+        else:
+            services.run_create(project=project, workflow=workflow, user_message=f"m{index}")
 
-    threads = [threading.Thread(target=submit, args=(n,)) for n in range(SUBMITTERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
+    outcomes = submit_at_once(SUBMITTERS, submit)
     assert len(outcomes) == 2 * SUBMITTERS
     assert outcomes.count("queued") == 4
     assert Run.objects.filter(status="queued").count() == 4
