@@ -15,6 +15,7 @@ transaction that also moves the run; it locks the run row first, then the interr
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from jsonschema.exceptions import SchemaError
 
 from openrath_project.errors import Conflict, ValidationFailed
 from openrath_project.jsontext import digest
+from openrath_project.prepared import PreparedQuery
 from runs_app import services
 from runs_app.control import InterruptRejected, StepSuspended
 from runs_app.models import DECISIONS, INTERRUPT_KINDS, Interrupt, Run
@@ -227,11 +229,22 @@ class InterruptChanges(Changes):
     resolved_at: datetime | Unset = UNSET
 
 
+#: Every resolve reads both, locked (compiled once: openrath_project/prepared.py).
+_RUN_LOCKED: PreparedQuery[Run] = PreparedQuery(
+    Run, lambda run_id: Run.objects.select_for_update().filter(id=run_id), run_id=uuid.UUID
+)
+_INTERRUPT_LOCKED: PreparedQuery[Interrupt] = PreparedQuery(
+    Interrupt,
+    lambda interrupt_id: Interrupt.objects.select_for_update().filter(id=interrupt_id),
+    interrupt_id=uuid.UUID,
+)
+
+
 def _lock(interrupt: Interrupt) -> tuple[Run, Interrupt]:
     """Lock the interrupt's run, then the interrupt (the lock order: run first); the caller is
     in a transaction and re-checks both statuses."""
-    run = Run.objects.select_for_update().get(id=interrupt.run_id)
-    return run, Interrupt.objects.select_for_update().get(id=interrupt.id)
+    run = _RUN_LOCKED.get(run_id=interrupt.run_id)
+    return run, _INTERRUPT_LOCKED.get(interrupt_id=interrupt.id)
 
 
 def _already_decided(interrupt: Interrupt) -> Conflict:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db.models import QuerySet
 
 from openrath_project import large_values
 from openrath_project.errors import NotFound
+from openrath_project.prepared import PreparedQuery
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid
 from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
@@ -67,9 +69,21 @@ def interrupt_list(*, principal: Principal) -> QuerySet[Interrupt]:
     return Interrupt.objects.for_principal(principal)
 
 
+#: ``interrupt_get``'s lookup, compiled once (openrath_project/prepared.py): every resolve.
+_INTERRUPT_BY_ID: PreparedQuery[Interrupt] = PreparedQuery(
+    Interrupt,
+    # its project with it: the view audits it
+    lambda principal, interrupt_id: (
+        interrupt_list(principal=principal).select_related("project").filter(id=interrupt_id)
+    ),
+    principal=Principal,
+    interrupt_id=uuid.UUID,
+)
+
+
 def interrupt_get(*, principal: Principal, interrupt_id: object) -> Interrupt:
     as_uuid = parse_uuid(interrupt_id)
-    found = interrupt_list(principal=principal).filter(id=as_uuid).first() if as_uuid else None
+    found = _INTERRUPT_BY_ID.first(principal=principal, interrupt_id=as_uuid) if as_uuid else None
     if found is None:
         raise NotFound("interrupt not found", details={"interrupt": str(interrupt_id)})
     return found

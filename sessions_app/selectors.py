@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Count, Exists, F, FloatField, OuterRef, Prefetch, Q, QuerySet, Sum
 
 from openrath_project.errors import NotFound
+from openrath_project.prepared import PreparedQuery
 from openrath_project.tenancy.models import Project
 from openrath_project.tenancy.principal import Principal
 from openrath_project.tenancy.selectors import parse_uuid
@@ -64,6 +65,17 @@ def session_list(*, principal: Principal) -> QuerySet[Session]:
     return with_parents(Session.objects.for_principal(principal))
 
 
+#: ``session_get`` without the parents, compiled once (openrath_project/prepared.py).
+_SESSION_BY_ID: PreparedQuery[Session] = PreparedQuery(
+    Session,
+    lambda principal, session_id: (
+        session_list(principal=principal).prefetch_related(None).filter(id=session_id)
+    ),
+    principal=Principal,
+    session_id=uuid.UUID,
+)
+
+
 def session_get(*, principal: Principal, session_id: object, lineage: bool = True) -> Session:
     """A session in scope, or 404 (also for other tenants' sessions: existence never leaks).
     ``lineage=False`` skips the parents' prefetch, for a caller that reads none (a run start:
@@ -71,10 +83,10 @@ def session_get(*, principal: Principal, session_id: object, lineage: bool = Tru
     as_uuid = parse_uuid(session_id)
     session = None
     if as_uuid is not None:
-        scoped = session_list(principal=principal)
-        if not lineage:
-            scoped = scoped.prefetch_related(None)
-        session = scoped.filter(id=as_uuid).first()
+        if lineage:
+            session = session_list(principal=principal).filter(id=as_uuid).first()
+        else:
+            session = _SESSION_BY_ID.first(principal=principal, session_id=as_uuid)
     if session is None:
         raise NotFound("session not found", details={"session": str(session_id)})
     return session

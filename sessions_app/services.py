@@ -328,12 +328,62 @@ def _base_for(session: Session, at: int) -> tuple[uuid.UUID | None, int]:
 
 
 def _current_length(session: Session) -> int:
+    """The session's length now (a fork's callers read it under the lock that orders them)."""
     flush_buffer(session_id=session.id)
-    row = Session.objects.filter(id=session.id).values("base_len", "own_len").first()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT base_len, own_len FROM {S} WHERE id = %s",  # noqa: S608 - S is the table
+            [db_uuid(session.id)],
+        )
+        row = cursor.fetchone()
     if row is None:
         raise NotFound("session not found", details={"session": str(session.id)})
-    session.base_len, session.own_len = row["base_len"], row["own_len"]
-    return int(row["base_len"] + row["own_len"])
+    session.base_len, session.own_len = int(row[0]), int(row[1])
+    return session.base_len + session.own_len
+
+
+def _derived(
+    *,
+    parent: Session,
+    op: str,
+    at: int | None,
+    title: str | None,
+    metadata: dict[str, Any] | None,
+    created_by: str | None,
+) -> tuple[Session, LineageEdge]:
+    """The session and the edge a fork or detach of ``parent`` writes, not yet saved."""
+    length = _current_length(parent)
+    if at is None:
+        at = length
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0 or at > length:
+        raise ValidationFailed(
+            f"at must be between 0 and the session's length ({length})",
+            details={"at": [f"out of range 0..{length}"]},
+        )
+    base_id, base_len = _base_for(parent, at)
+    ctx = context.current()
+    child = Session(
+        tenant_id=parent.tenant_id,
+        project_id=parent.project_id,
+        title=(title if title is not None else parent.title)[:300],
+        op=op,
+        base_id=base_id,
+        base_len=base_len,
+        own_len=0,
+        placement=dict(parent.placement),
+        metadata=metadata or {},
+        created_by=created_by or ctx.actor,
+        **_ctx_fields(),
+    )
+    edge = LineageEdge(
+        tenant_id=parent.tenant_id,
+        parent=parent,
+        child=child,
+        op=op,
+        parent_len=at,
+        **_ctx_fields(),
+    )
+    return child, edge
 
 
 def _derive(
@@ -345,41 +395,15 @@ def _derive(
     metadata: dict[str, Any] | None,
     created_by: str | None,
 ) -> Session:
-    length = _current_length(parent)
-    if at is None:
-        at = length
-    if isinstance(at, bool) or not isinstance(at, int) or at < 0 or at > length:
-        raise ValidationFailed(
-            f"at must be between 0 and the session's length ({length})",
-            details={"at": [f"out of range 0..{length}"]},
-        )
-    base_id, base_len = _base_for(parent, at)
-    ctx = context.current()
-    # No savepoint inside a caller's transaction (a run start's): nobody recovers from a
-    # failed insert here, and SAVEPOINT / RELEASE were two of a run POST's round trips. An
-    # error still rolls the whole transaction back.
+    child, edge = _derived(
+        parent=parent, op=op, at=at, title=title, metadata=metadata, created_by=created_by
+    )
+    # No savepoint inside a caller's transaction: nobody recovers from a failed insert here,
+    # and SAVEPOINT / RELEASE would be two more round trips. An error still rolls the whole
+    # transaction back.
     with transaction.atomic(savepoint=False):
-        child = Session.objects.create(
-            tenant_id=parent.tenant_id,
-            project_id=parent.project_id,
-            title=(title if title is not None else parent.title)[:300],
-            op=op,
-            base_id=base_id,
-            base_len=base_len,
-            own_len=0,
-            placement=dict(parent.placement),
-            metadata=metadata or {},
-            created_by=created_by or ctx.actor,
-            **_ctx_fields(),
-        )
-        LineageEdge.objects.create(
-            tenant_id=parent.tenant_id,
-            parent=parent,
-            child=child,
-            op=op,
-            parent_len=at,
-            **_ctx_fields(),
-        )
+        child.save(force_insert=True)
+        edge.save(force_insert=True)
     return child
 
 
@@ -393,6 +417,22 @@ def session_fork(
 ) -> Session:
     """A branch that sees the first ``at`` chunks (default: all). One session row, one edge."""
     return _derive(
+        parent=session, op="fork", at=at, title=title, metadata=metadata, created_by=created_by
+    )
+
+
+def session_fork_rows(
+    *,
+    session: Session,
+    at: int | None = None,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    created_by: str | None = None,
+) -> tuple[Session, LineageEdge]:
+    """What :func:`session_fork` writes (the branch and its edge), checked and built but not
+    saved: for a caller that inserts both in a statement of its own, in its transaction (a
+    run start on PostgreSQL, ``runs_app.services.start_sql.insert_fork_and_lock``)."""
+    return _derived(
         parent=session, op="fork", at=at, title=title, metadata=metadata, created_by=created_by
     )
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from openrath_project.errors import NotFound
+from openrath_project.prepared import PreparedQuery
 from openrath_project.tenancy.models import AuditEvent, Membership, Project
 from openrath_project.tenancy.principal import Principal
 
@@ -23,6 +24,22 @@ def project_list(*, principal: Principal) -> QuerySet[Project]:
     return Project.objects.for_principal(principal)
 
 
+#: ``project_get``'s two lookups, compiled once (openrath_project/prepared.py): every API write
+#: names its project.
+_PROJECT_BY_ID: PreparedQuery[Project] = PreparedQuery(
+    Project,
+    lambda principal, ref: project_list(principal=principal).filter(id=ref),
+    principal=Principal,
+    ref=uuid.UUID,
+)
+_PROJECT_BY_SLUG: PreparedQuery[Project] = PreparedQuery(
+    Project,
+    lambda principal, ref: project_list(principal=principal).filter(slug=ref),
+    principal=Principal,
+    ref=str,
+)
+
+
 def project_get(*, principal: Principal, ref: object) -> Project:
     """A project in scope by id or slug; 404 otherwise (also for other tenants' projects)."""
     if isinstance(ref, Project):
@@ -31,8 +48,10 @@ def project_get(*, principal: Principal, ref: object) -> Project:
     as_uuid = parse_uuid(ref)
     if as_uuid is None and "\x00" in str(ref):  # no slug holds NUL (and PostgreSQL refuses it)
         raise NotFound("project not found", details={"project": str(ref).replace("\x00", "\ufffd")})
-    condition = Q(id=as_uuid) if as_uuid is not None else Q(slug=str(ref))
-    project = project_list(principal=principal).filter(condition).first()
+    if as_uuid is not None:
+        project = _PROJECT_BY_ID.first(principal=principal, ref=as_uuid)
+    else:
+        project = _PROJECT_BY_SLUG.first(principal=principal, ref=str(ref))
     if project is None:
         raise NotFound("project not found", details={"project": str(ref)})
     return project

@@ -19,13 +19,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from openrath_project import large_values, metrics
 from openrath_project.errors import Conflict, RateLimited, ValidationFailed
 from openrath_project.ids import uuid7
 from openrath_project.jsontext import digest
+from openrath_project.prepared import PreparedQuery
 from openrath_project.tenancy.models import Project
 from runs_app import dispatch, tracing
 from runs_app.models import INPUT_POLICIES, Run, RunEvent, WorkflowPlan
@@ -345,8 +346,9 @@ def _queue(
 
     On PostgreSQL a run with a new, empty working session (no session to fork, no user
     message) is one composed statement after the tenant's queue lock (:mod:`.start_sql`); a
-    run with a working session to write first (a fork, a first message) is that session, then
-    the lock and one composed statement for the run and its event (:func:`_queue_orm`);
+    run with a working session to write first is that session (a fork: one statement with the
+    lock; a first message: the session, then the lock), then one composed statement for the
+    run and its event (:func:`_queue_orm`);
     elsewhere the ORM writes the same rows. The plan is known stored from this process's
     memory on PostgreSQL (the composed statements check it; a miss stores it and starts
     again), else by an existence check."""
@@ -516,8 +518,10 @@ def _queue_orm(
     """The start with a working session to fork or a first message: the same rows in one
     transaction.
 
-    On PostgreSQL the tenant's queue lock is taken last, just before one statement that counts
-    the tenant's queued runs and inserts the run and its event (:func:`start_sql.insert_run`,
+    On PostgreSQL the tenant's queue lock is taken last (a fork's session and edge are inserted
+    by the statement that takes it: :func:`start_sql.insert_fork_and_lock`), just before one
+    statement that counts the tenant's queued runs and inserts the run and its event
+    (:func:`start_sql.insert_run`,
     which also checks that the plan is stored: :class:`_PlanNotStored` when it is not, the
     transaction rolled back): the lock that serialises all of a tenant's submissions is held
     for that statement and the commit only, not for the admission and the fork before it (the
@@ -533,18 +537,23 @@ def _queue_orm(
         if session is not None and input_policy is not None:
             admission = _admit(session, input_policy)
         working: Session | None = None
+        fork_edge: LineageEdge | None = None
         with session_context.writing(actor=created_by or "api", run_id=run_id):
             if admission is not None and admission.after is not None:
                 pass  # held: its working session is forked when the run it waits for ends
             elif session is not None:
                 base, at = admission.origin if admission is not None else (session, None)
-                working = session_services.session_fork(
-                    session=base,
-                    at=at,
-                    title=title,
-                    metadata={"run": str(run_id)},
-                    created_by=created_by,
-                )
+                fork = {
+                    "session": base,
+                    "at": at,
+                    "title": title,
+                    "metadata": {"run": str(run_id)},
+                    "created_by": created_by,
+                }
+                if composed_insert:  # inserted with the queue lock, below
+                    working, fork_edge = session_services.session_fork_rows(**fork)
+                else:
+                    working = session_services.session_fork(**fork)
             else:
                 drafts = (
                     [make_draft(role="user", content={"text": user_message})]
@@ -582,7 +591,12 @@ def _queue_orm(
             run.wake_at = HELD_UNTIL
         created = _created_event(run, plan_hash, working)
         if composed_insert:
-            start_sql.lock_tenant_queue(project.tenant_id)
+            if fork_edge is not None and working is not None:
+                start_sql.insert_fork_and_lock(
+                    session=working, edge=fork_edge, tenant_id=project.tenant_id
+                )
+            else:
+                start_sql.lock_tenant_queue(project.tenant_id)
             cap = _queue_cap()
             queued, inserted = start_sql.insert_run(run=run, event=created, cap=cap)
             if not inserted:
@@ -647,15 +661,23 @@ def active_runs_on(session_id: uuid.UUID, *, lock: bool = False) -> list[Run]:
     """The runs active on a session, oldest first: submitted on it (the run waiting or
     working on its behalf) or working on it, not yet ended. ``lock``: row-locked (FOR
     UPDATE), so none ends until the caller's transaction does."""
-    runs = Run.objects.filter(
+    return (_ACTIVE_RUNS_LOCKED if lock else _ACTIVE_RUNS).fetch(session_id=session_id)
+
+
+def _active_runs(session_id: uuid.UUID) -> QuerySet[Run]:
+    return Run.objects.filter(
         Q(input_session_id=session_id) | Q(session_id=session_id),
         status__in=sorted(ACTIVE),
         parent__isnull=True,
         kind="run",
     ).order_by("id")
-    if lock:
-        runs = runs.select_for_update()
-    return list(runs)
+
+
+#: Every submission on a session reads them (compiled once: openrath_project/prepared.py).
+_ACTIVE_RUNS: PreparedQuery[Run] = PreparedQuery(Run, _active_runs, session_id=uuid.UUID)
+_ACTIVE_RUNS_LOCKED: PreparedQuery[Run] = PreparedQuery(
+    Run, lambda session_id: _active_runs(session_id).select_for_update(), session_id=uuid.UUID
+)
 
 
 def _admit(session: Session, policy: str) -> _Admission | None:

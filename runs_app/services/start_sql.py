@@ -24,7 +24,7 @@ from django.db import connection, models
 from psycopg.types.numeric import Int8
 
 from runs_app.models import Run, RunEvent, WorkflowPlan
-from sessions_app.models import Session
+from sessions_app.models import LineageEdge, Session
 
 #: The first key of the two-key advisory lock that serialises a tenant's submissions.
 QUEUE_LOCK_NAMESPACE = 20_005
@@ -36,6 +36,40 @@ def lock_tenant_queue(tenant_id: uuid.UUID) -> None:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [QUEUE_LOCK_NAMESPACE, str(tenant_id)]
         )
+
+
+@functools.cache
+def _fork_and_lock_sql() -> str:
+    first_edge = 1 + len(_columns(Session))
+    after = first_edge + len(_columns(LineageEdge))
+    sessions = connection.ops.quote_name(Session._meta.db_table)
+    return f"""
+WITH s AS (
+    {_insert(Session, "(VALUES (1)) AS one", 1)}
+), e AS (
+    {_insert(LineageEdge, "(VALUES (1)) AS one", first_edge)}
+), k AS (
+    SELECT id FROM {sessions} WHERE id IN (${after}, ${after + 1}) FOR KEY SHARE
+)
+SELECT pg_advisory_xact_lock(${after + 2}, hashtext(${after + 3}))
+FROM (SELECT count(*) FROM k) AS referenced_rows_locked
+"""  # noqa: S608 - names from model metadata, values are parameters
+
+
+def insert_fork_and_lock(*, session: Session, edge: LineageEdge, tenant_id: uuid.UUID) -> None:
+    """Insert a run's working session forked from another and its lineage edge
+    (``sessions_app.services.session_fork_rows``), then take the tenant's queue lock
+    (:func:`lock_tenant_queue`): one round trip for what were three, in the same lock order
+    (the sessions the two rows refer to, the forked one and the branch's storage base, are
+    share-locked before the queue lock is asked for, as the foreign-key checks of separate
+    inserts did). Call inside a transaction."""
+    params = [*_values(session), *_values(edge), edge.parent_id, session.base_id or edge.parent_id]
+    params += [QUEUE_LOCK_NAMESPACE, str(tenant_id)]
+    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
+        cursor.execute(_fork_and_lock_sql(), params, prepare=True)
+    for obj in (session, edge):
+        obj._state.adding = False
+        obj._state.db = connection.alias
 
 
 def _columns(model: type[models.Model]) -> list[models.Field]:
