@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from effects_app.models import EFFECT_STATES, RESOLUTIONS, EffectRecord
 from effects_app.services import committed_result
-from openrath_project.api.serializers import StrictInputSerializer
+from openrath_project.api.serializers import OutputModelSerializer, StrictInputSerializer
 from openrath_project.jsondiff import json_diff
 
 
@@ -28,7 +28,7 @@ class AncestorEffectOut(serializers.Serializer):
     )
 
 
-class EffectOut(serializers.ModelSerializer):
+class EffectOut(OutputModelSerializer):
     run = serializers.UUIDField(source="run_id")
     project = serializers.UUIDField(source="project_id")
     request = serializers.JSONField()

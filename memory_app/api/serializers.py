@@ -8,7 +8,11 @@ from rest_framework import serializers
 
 from memory_app.models import MAX_AGENT_CHARS, SCOPES, MemoryEntry
 from memory_app.selectors import MAX_RECALL_K
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from sessions_app.chunk_rules import TRUST_LABELS
 
 #: Longest recall query, in characters (a longer one is a 413; the service reads at most
@@ -16,7 +20,7 @@ from sessions_app.chunk_rules import TRUST_LABELS
 MAX_QUERY_CHARS = 4000
 
 
-class MemoryEntryOut(serializers.ModelSerializer):
+class MemoryEntryOut(OutputModelSerializer):
     """A remembered fact. ``trust`` is ``untrusted`` for facts taken from sessions or tools."""
 
     project = serializers.UUIDField(source="project_id")

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from retention_app.models import PASS_TRIGGERS, RetentionPass, RetentionPolicy
 from retention_app.services import LIMIT_FIELDS, MIN_ARTIFACT_GRACE_SECONDS, MIN_INTERVAL_SECONDS
 
 _LIMITS = LIMIT_FIELDS
 
 
-class PolicyOut(serializers.ModelSerializer):
+class PolicyOut(OutputModelSerializer):
     """A project's retention policy. A limit that is null keeps everything of its kind."""
 
     project = serializers.UUIDField(source="project_id")
@@ -100,7 +104,7 @@ class ReportOut(serializers.Serializer):
     )
 
 
-class PassOut(serializers.ModelSerializer):
+class PassOut(OutputModelSerializer):
     """One applied pass."""
 
     trigger = serializers.ChoiceField(choices=PASS_TRIGGERS)

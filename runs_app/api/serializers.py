@@ -8,7 +8,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from runs_app.models import (
     DECISIONS,
     INPUT_POLICIES,
@@ -51,7 +55,7 @@ def forked_from_of(run: Run) -> dict[str, Any] | None:
     }
 
 
-class RunOut(serializers.ModelSerializer):
+class RunOut(OutputModelSerializer):
     """A run. ``state`` is the workflow's data (as of checkpoint ``state_checkpoint`` in
     lists; the latest on ``GET /runs/{id}/``)."""
 
@@ -189,7 +193,7 @@ class RunCreateIn(StrictInputSerializer):
         return attrs
 
 
-class RunEventOut(serializers.ModelSerializer):
+class RunEventOut(OutputModelSerializer):
     data = serializers.JSONField()  # type: ignore[assignment]
 
     class Meta:
@@ -259,7 +263,7 @@ class WorkflowDetailOut(WorkflowOut):
 STATUS_CHOICES = [(s, s) for s in STATUSES]
 
 
-class InterruptOut(serializers.ModelSerializer):
+class InterruptOut(OutputModelSerializer):
     run = serializers.UUIDField(source="run_id")
     project = serializers.UUIDField(source="project_id")
     request = serializers.JSONField()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from schedules_app.models import FIRE_OUTCOMES, Schedule, ScheduleFire
 from schedules_app.timing import (
     CATCHUP_POLICIES,
@@ -15,7 +19,7 @@ from schedules_app.timing import (
 )
 
 
-class ScheduleOut(serializers.ModelSerializer):
+class ScheduleOut(OutputModelSerializer):
     """A schedule. ``next_fire_at`` is the next tick it fires (while not paused)."""
 
     project = serializers.UUIDField(source="project_id")
@@ -113,7 +117,7 @@ class FireQuery(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
 
 
-class FireOut(serializers.ModelSerializer):
+class FireOut(OutputModelSerializer):
     """One tick of the schedule and what it did."""
 
     run = serializers.UUIDField(source="run_id", allow_null=True)

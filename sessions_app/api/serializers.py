@@ -7,7 +7,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from openrath_project.jsonlimits import MAX_VALUE_DEPTH, json_problem
 from sessions_app.chunk_rules import (
     KINDS,
@@ -36,7 +40,7 @@ class BaseRefOut(serializers.Serializer):
     length = serializers.IntegerField()
 
 
-class SessionOut(serializers.ModelSerializer):
+class SessionOut(OutputModelSerializer):
     """A session. ``parents`` are its lineage parents (a detached session has none)."""
 
     project = serializers.UUIDField(source="project_id")
@@ -84,7 +88,7 @@ class SessionOut(serializers.ModelSerializer):
         return {"session": str(obj.base_id), "length": obj.base_len}
 
 
-class ChunkOut(serializers.ModelSerializer):
+class ChunkOut(OutputModelSerializer):
     """A chunk of a session's logical list; ``session`` is where it is stored."""
 
     run = serializers.UUIDField(source="run_id", allow_null=True)

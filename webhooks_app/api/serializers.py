@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from openrath_project.api.serializers import ProjectRefField, StrictInputSerializer
+from openrath_project.api.serializers import (
+    OutputModelSerializer,
+    ProjectRefField,
+    StrictInputSerializer,
+)
 from webhooks_app.models import (
     DELIVERY_STATUSES,
     EVENT_TYPES,
@@ -14,7 +18,7 @@ from webhooks_app.models import (
 )
 
 
-class WebhookOut(serializers.ModelSerializer):
+class WebhookOut(OutputModelSerializer):
     """A subscription. The signing secret is never shown again after creation; ``secret_hint``
     is its last four characters."""
 
@@ -80,7 +84,7 @@ class DeliveryQuery(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
 
 
-class DeliveryOut(serializers.ModelSerializer):
+class DeliveryOut(OutputModelSerializer):
     """One event for the subscription: ``webhook_id`` is the ``webhook-id`` header (the same on
     every attempt), ``next_attempt_at`` when it is tried next (open deliveries)."""
 
@@ -109,7 +113,7 @@ class DeliveryOut(serializers.ModelSerializer):
         )
 
 
-class AttemptOut(serializers.ModelSerializer):
+class AttemptOut(OutputModelSerializer):
     """One POST: its status code (none when it got no response), latency and response excerpt."""
 
     number = serializers.IntegerField(min_value=1)

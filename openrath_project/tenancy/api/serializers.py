@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from openrath_project.api.serializers import StrictInputSerializer
+from openrath_project.api.serializers import OutputModelSerializer, StrictInputSerializer
 from openrath_project.tenancy.models import AuditEvent, Project
 
 
-class ProjectOut(serializers.ModelSerializer):
+class ProjectOut(OutputModelSerializer):
     #: At most this many of the project's runs execute at once (null: no limit); operators
     #: set it (admin, ``manage.py queue_limits``), the API only shows it.
     max_running_runs = serializers.IntegerField(read_only=True, allow_null=True, min_value=0)
@@ -44,7 +44,7 @@ class ProjectIn(StrictInputSerializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=False)
 
 
-class AuditEventOut(serializers.ModelSerializer):
+class AuditEventOut(OutputModelSerializer):
     project = serializers.SerializerMethodField()
     # Declared, so the OpenAPI document does not depend on the database's integer ranges.
     status_code = serializers.IntegerField(allow_null=True, min_value=100, max_value=599)
