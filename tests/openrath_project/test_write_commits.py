@@ -48,7 +48,7 @@ def test_the_audit_rows_commit_flushes_the_asynchronous_ones_before_it() -> None
             cursor.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [written])
             assert cursor.fetchone()[0] is True
         [insert] = audit_inserts(queries)
-        assert insert.endswith(SET_CONFIG)
+        assert SET_CONFIG in insert  # the same statement
         assert len(queries.captured_queries) == 1  # no round trip of its own
         assert show("synchronous_commit") == "off"  # only the audit row's transaction
         stored = AuditEvent.objects.get(pk=event.pk)
@@ -74,7 +74,7 @@ def test_an_api_write_is_answered_after_its_synchronous_audit_row(
         )
     assert response.status_code == 201
     [insert] = audit_inserts(queries)
-    assert insert.endswith(SET_CONFIG) is (connection.vendor == "postgresql")
+    assert (SET_CONFIG in insert) is (connection.vendor == "postgresql")
     assert list(AuditEvent.objects.values_list("action", "object_id")) == [
         ("session.create", response.json()["id"])
     ]
