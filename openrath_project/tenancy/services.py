@@ -293,14 +293,12 @@ def audit_record(
     return event
 
 
-def _audit_columns() -> list[Any]:
-    """The columns :func:`_insert_synchronously` writes: every concrete one but the id and the
-    database's ``created_at`` default."""
-    return [
-        field
-        for field in AuditEvent._meta.concrete_fields
-        if not field.primary_key and not field.has_db_default()
-    ]
+def _audit_columns() -> tuple[list[Any], list[Any]]:
+    """The columns :func:`_insert_synchronously` writes (every concrete one but the id and those
+    the database fills, ``created_at``) and those it reads back (the id and those)."""
+    fields = AuditEvent._meta.concrete_fields
+    filled = [field for field in fields if field.primary_key or field.has_db_default()]
+    return [field for field in fields if field not in filled], filled
 
 
 @functools.cache
@@ -312,14 +310,14 @@ def _audit_insert_sql() -> str:
     so it binds on either side (``server_side_binding`` or not); ``VALUES`` gives each value its
     column's type, NULLs included."""
     quote = connections[router.db_for_write(AuditEvent)].ops.quote_name
-    fields = _audit_columns()
-    columns = ", ".join(quote(str(field.column)) for field in fields)
-    values = ", ".join(["%s"] * len(fields))
+    written, filled = _audit_columns()
+    columns = ", ".join(quote(str(field.column)) for field in written)
+    values = ", ".join(["%s"] * len(written))
+    returned = ", ".join(quote(str(field.column)) for field in filled)
     table = quote(AuditEvent._meta.db_table)
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({values})"  # noqa: S608 - names from metadata
-        f" RETURNING {quote('id')}, {quote('created_at')},"
-        " (SELECT set_config('synchronous_commit', 'on', true))"
+        f" RETURNING {returned}, (SELECT set_config('synchronous_commit', 'on', true))"
     )
 
 
@@ -327,14 +325,16 @@ def _insert_synchronously(event: AuditEvent, connection: Any) -> None:
     """Insert ``event`` with ``synchronous_commit`` on for its transaction, at no extra round
     trip and without the ORM's per-call compilation (the audit row ends every write request:
     about a tenth of a run POST's CPU went to ``Model.save`` building this INSERT). Values are
-    prepared as the ORM prepares them for an insert; ``id`` and ``created_at`` come back."""
+    prepared as the ORM prepares them for an insert; the columns the database fills come back."""
+    written, filled = _audit_columns()
     params = [
-        field.get_db_prep_save(field.pre_save(event, add=True), connection)
-        for field in _audit_columns()
+        field.get_db_prep_save(field.pre_save(event, add=True), connection) for field in written
     ]
     with connection.cursor() as cursor:
         cursor.execute(_audit_insert_sql(), params)
-        event.id, event.created_at, _ = cursor.fetchone()
+        row = cursor.fetchone()
+    for field, value in zip(filled, row, strict=False):  # the last column is the set_config
+        setattr(event, field.attname, value)
     event._state.adding = False
     event._state.db = connection.alias
 
