@@ -6,7 +6,8 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, worker_init, worker_process_init
+from celery.signals import beat_init, task_postrun, task_prerun, worker_init, worker_process_init
+from django.db import close_old_connections
 
 from openrath_project.celery_metrics import install_metrics_option
 
@@ -30,6 +31,19 @@ def _install_redis_acks(**kwargs: Any) -> None:
         install()
     except RuntimeError as exc:
         raise SystemExit(f"the Celery worker cannot start: {exc}") from None
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(sender: Any = None, **kwargs: Any) -> None:
+    # A task is to a worker what a request is to the web tier: at its boundaries, close the
+    # connections past CONN_MAX_AGE or broken (an error, a failed health check), as Django does
+    # around a request, and keep the others (settings.CELERY_DB_REUSE_MAX: Celery's own fixup
+    # no longer closes them all around every task). Not for a task run eagerly inside its
+    # caller, whose transaction may be open (the fixup skips those too).
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    close_old_connections()
 
 
 @worker_init.connect
