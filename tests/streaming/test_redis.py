@@ -9,6 +9,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from openrath_project.publisher import HintPublisher, RedisGroupMembers
 from openrath_project.ws.limits import RedisLimiter
 from tests.streaming.conftest import (
     append_texts,
@@ -120,3 +121,50 @@ def test_redis_limiter_counts_across_instances_and_forgets_dead_processes():
     assert results == [True, True, False, True, True, True]
     assert counted == 2
     assert members == ["c", "d"]
+
+
+def test_hints_reach_only_the_groups_that_have_a_member(redis_layer):
+    """The publisher asks Redis which groups have a member and sends only to those: a hint for
+    a group nobody joined costs the one membership check, not a ``group_send``."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("run.heard", channel)
+    publisher = HintPublisher(maxsize=100)
+    sent_to: list[str] = []
+    real_group_send = layer.group_send
+
+    async def recording_group_send(group, message):
+        sent_to.append(group)
+        return await real_group_send(group, message)
+
+    layer.group_send = recording_group_send
+    publisher("run_event", {"run": "unheard", "seq": 1})
+    publisher("run_event", {"run": "heard", "seq": 4})
+    publisher("chunks", {"session": "nobody", "first": 0, "last": 2})
+    assert publisher.flush(timeout=30)
+    assert sent_to == ["run.heard"]
+    assert (publisher.stats.sent, publisher.stats.unheard, publisher.stats.dropped_error) == (
+        1,
+        2,
+        0,
+    )
+    assert async_to_sync(layer.receive)(channel) == {"type": "stream.event", "seq": 4}
+
+
+def test_a_member_past_the_group_expiry_does_not_count_and_a_flushed_script_is_reloaded(
+    redis_layer,
+):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("run.stale", channel)
+    members = RedisGroupMembers(layer)
+    assert members.listened({"run.stale", "run.empty"}) == {"run.stale"}
+    client = members._client(0)
+    client.script_flush()  # as a restarted Redis would have it: EVALSHA finds no script
+    assert members.listened({"run.stale"}) == {"run.stale"}
+    # Joined longer ago than the group expiry: group_send would drop the member first; so does
+    # the check.
+    key = layer._group_key("run.stale")
+    client.zadd(key, {channel: 1})
+    assert members.listened({"run.stale"}) == set()
+    assert client.zcard(key) == 0
