@@ -13,7 +13,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from django.core.signals import request_finished, request_started
 
-from openrath_project.asgi_handler import OneHopASGIHandler
+from openrath_project.asgi_handler import OneHopASGIHandler, RequestThreads
 from openrath_project.tenancy.models import AuditEvent, Tenant
 from openrath_project.tenancy.services import token_create
 from tests.factories import ProjectFactory, TenantFactory
@@ -111,7 +111,7 @@ def test_one_hop_serves_a_write_on_one_thread_and_audits_it(settings: Any) -> No
     assert [c["seq"] for c in appended["body"]] == [1]
     assert b"X-Request-ID" in appended["headers"]
     # Per request: middleware, request_started and request_finished on one thread, not the
-    # event loop's (each request gets its own thread from ThreadSensitiveContext).
+    # event loop's (the thread lent to the request by the handler's RequestThreads).
     assert len(THREADS["middleware"]) == 2
     for i in range(2):
         assert THREADS["started"][i] == THREADS["middleware"][i] == THREADS["finished"][i]
@@ -120,3 +120,90 @@ def test_one_hop_serves_a_write_on_one_thread_and_audits_it(settings: Any) -> No
         AuditEvent.objects.filter(tenant=tenant).order_by("id").values_list("action", "outcome")
     )
     assert actions == [("session.create", "success"), ("session.append", "success")]
+
+
+class BarrierMiddleware:
+    """Holds each request until ``BARRIER`` has as many requests waiting as it has parties."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        THREADS.setdefault("middleware", []).append(threading.get_ident())
+        if BARRIER is not None:
+            BARRIER.wait()
+        return self.get_response(request)
+
+
+BARRIER: threading.Barrier | None = None
+
+
+async def _healthz(handler: Any) -> int:
+    return int((await _call(handler, "GET", "/healthz", "", None))["status"])
+
+
+def test_requests_one_after_another_reuse_one_thread(settings: Any) -> None:
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.RecordThreadMiddleware"]
+    handler = OneHopASGIHandler()
+    THREADS.clear()
+
+    async def scenario() -> list[int]:
+        return [await _healthz(handler) for _ in range(3)]
+
+    assert asyncio.run(scenario()) == [200, 200, 200]
+    assert len(set(THREADS["middleware"])) == 1  # one thread, lent three times
+    assert (handler.threads.made, handler.threads.reused) == (1, 2)
+
+
+def test_concurrent_requests_each_get_a_thread_of_their_own(settings: Any) -> None:
+    global BARRIER
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.BarrierMiddleware"]
+    handler = OneHopASGIHandler()
+    THREADS.clear()
+    # Both requests must be inside the chain at once to pass the barrier: on one shared thread
+    # the second would wait behind the first and the barrier would time out (a 500).
+    BARRIER = threading.Barrier(2, timeout=20)
+
+    async def scenario() -> list[int]:
+        return list(await asyncio.gather(_healthz(handler), _healthz(handler)))
+
+    try:
+        assert asyncio.run(scenario()) == [200, 200]
+    finally:
+        BARRIER = None
+    assert len(set(THREADS["middleware"])) == 2
+    assert handler.threads.made == 2
+
+    async def again() -> int:
+        return await _healthz(handler)
+
+    assert asyncio.run(again()) == 200  # both were given back: no third thread
+    assert handler.threads.made == 2
+
+
+def test_an_executor_still_running_a_call_is_not_lent_again() -> None:
+    threads = RequestThreads(keep=4)
+    executor = threads.take()
+    release = threading.Event()
+    running = executor.submit(release.wait, 20)
+    threads.give_back(executor)  # as after a client disconnected while its view ran on
+    other = threads.take()
+    assert other is not executor  # a new one: the busy thread is not lent to a new request
+    release.set()
+    assert running.result(timeout=20) is True  # the abandoned call still ran to its end
+    worker = next(iter(executor._threads))
+    worker.join(timeout=20)
+    assert not worker.is_alive()  # and then its thread ended (it was shut down, not kept)
+    threads.give_back(other)
+    assert threads.take() is other  # an idle one is kept and lent again
+
+
+def test_at_most_keep_executors_stay_idle() -> None:
+    threads = RequestThreads(keep=2)
+    executors = [threads.take() for _ in range(3)]
+    for executor in executors:
+        executor.submit(int).result(timeout=20)  # each has started its thread
+        threads.give_back(executor)
+    assert [threads.take(), threads.take()] == [executors[1], executors[0]]  # latest first
+    assert threads.take() not in executors  # the third was shut down when given back
+    assert threads.made == 4
