@@ -76,6 +76,26 @@ _SESSION_BY_ID: PreparedQuery[Session] = PreparedQuery(
 )
 
 
+#: The same with the session's project joined in (the chunk endpoints' one read).
+_SESSION_AND_PROJECT_BY_ID: PreparedQuery[Session] = PreparedQuery(
+    Session,
+    lambda principal, session_id: (
+        session_list(principal=principal)
+        .prefetch_related(None)
+        .select_related("project")
+        .filter(id=session_id)
+    ),
+    principal=Principal,
+    session_id=uuid.UUID,
+)
+
+
+def session_with_project(*, principal: Principal, session_id: uuid.UUID) -> Session | None:
+    """A session in scope with its project loaded, without the parents; ``None`` when there is
+    none (another tenant's included). One query, compiled once per process."""
+    return _SESSION_AND_PROJECT_BY_ID.first(principal=principal, session_id=session_id)
+
+
 def session_get(*, principal: Principal, session_id: object, lineage: bool = True) -> Session:
     """A session in scope, or 404 (also for other tenants' sessions: existence never leaks).
     ``lineage=False`` skips the parents' prefetch, for a caller that reads none (a run start:

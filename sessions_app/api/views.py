@@ -151,8 +151,7 @@ class SessionViewSet(
         as_uuid = parse_uuid(pk)
         session = None
         if as_uuid is not None:
-            scoped = selectors.session_list(principal=self.principal).prefetch_related(None)
-            session = scoped.select_related("project").filter(id=as_uuid).first()
+            session = selectors.session_with_project(principal=self.principal, session_id=as_uuid)
         if session is None:
             raise NotFound("session not found", details={"session": str(pk)})
         self.audit(object_id=session.id, project=session.project)
