@@ -35,6 +35,29 @@ def run_get(*, principal: Principal, run_id: object, related: tuple[str, ...] = 
     return run
 
 
+#: The run endpoints' lookup (``GET /api/v1/runs/{id}/`` and its actions), compiled once
+#: (openrath_project/prepared.py): with its project, which the view audits, and its fork edge
+#: (``forked_from``, a reverse one-to-one), which ``RunOut`` shows: one query, not three.
+_RUN_FOR_VIEW: PreparedQuery[Run] = PreparedQuery(
+    Run,
+    lambda principal, run_id: (
+        run_list(principal=principal).select_related("project", "forked_from").filter(id=run_id)
+    ),
+    principal=Principal,
+    run_id=uuid.UUID,
+)
+
+
+def run_for_view(*, principal: Principal, run_id: object) -> Run:
+    """:func:`run_get` with the run's project and fork edge read in the same query (compiled
+    once per process), or 404."""
+    as_uuid = parse_uuid(run_id)
+    run = _RUN_FOR_VIEW.first(principal=principal, run_id=as_uuid) if as_uuid else None
+    if run is None:
+        raise NotFound("run not found", details={"run": str(run_id)})
+    return run
+
+
 def event_page(run: Run, *, after: int = 0, limit: int = 100) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
 

@@ -117,7 +117,7 @@ class RunViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericViewSet):
         return selectors.run_list(principal=principal).select_related("forked_from")
 
     def _run(self, pk: str) -> Run:
-        run = selectors.run_get(principal=self.principal, run_id=pk)
+        run = selectors.run_for_view(principal=self.principal, run_id=pk)
         self.audit(object_id=run.id, project=run.project)
         return run
 
