@@ -21,12 +21,9 @@ from tests.factories import ProjectFactory
 from tests.factories.runs import RunFactory
 from tests.factories.sessions import SessionFactory
 from tests.factories.tenancy import principal_for
+from tests.support import column_values
 
 pytestmark = pytest.mark.django_db
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
 
 
 def _sessions_in_scope() -> PreparedQuery[Session]:
@@ -53,7 +50,7 @@ def test_rows_are_the_querysets_own_instances(project):
     got = prepared.fetch(principal=principal, title="same")
 
     assert [s.id for s in got] == [first.id, second.id] == [s.id for s in expected]
-    assert [_fields(s) for s in got] == [_fields(s) for s in expected]
+    assert [column_values(s) for s in got] == [column_values(s) for s in expected]
     assert got[0].metadata == {"k": [1, {"x": None}]}  # the JSON column's converter ran
     assert all(not s._state.adding and s._state.db == "default" for s in got)
     assert prepared.first(principal=principal, title="same").id == first.id
@@ -111,7 +108,7 @@ def test_select_related_fills_the_related_objects(project):
         assert found.project.slug == project.slug
         assert found.project.tenant.slug == project.tenant.slug
     assert queries.captured_queries == []
-    assert _fields(found) == _fields(Run.objects.get(id=run.id))
+    assert column_values(found) == column_values(Run.objects.get(id=run.id))
 
 
 def test_a_value_used_twice_and_constants_in_the_query(project):

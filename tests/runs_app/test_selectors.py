@@ -13,12 +13,9 @@ from runs_app.selectors import run_for_view, run_list
 from tests.factories import ProjectFactory, TenantFactory
 from tests.factories.runs import RunFactory
 from tests.factories.tenancy import principal_for
+from tests.support import column_values
 
 pytestmark = pytest.mark.django_db
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
 
 
 def test_run_for_view_reads_the_run_its_project_and_its_fork_edge_in_one_query(
@@ -43,7 +40,7 @@ def test_run_for_view_reads_the_run_its_project_and_its_fork_edge_in_one_query(
             found = run_for_view(principal=principal, run_id=str(run.id))
             assert found.project.slug == project.slug
             block = RunOut(found).data["forked_from"]  # no query for the edge, present or not
-        assert _fields(found) == _fields(expected)
+        assert column_values(found) == column_values(expected)
         assert block == RunOut(expected).data["forked_from"]
         assert (block is not None) is forked
     assert RunOut(run_for_view(principal=principal, run_id=child.id)).data["forked_from"] == {

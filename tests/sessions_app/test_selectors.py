@@ -11,12 +11,9 @@ from sessions_app.selectors import session_list, session_with_project
 from tests.factories import ProjectFactory, TenantFactory
 from tests.factories.sessions import SessionFactory
 from tests.factories.tenancy import principal_for
+from tests.support import column_values
 
 pytestmark = pytest.mark.django_db
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
 
 
 def test_session_with_project_is_the_scoped_row_with_its_project(
@@ -32,8 +29,8 @@ def test_session_with_project_is_the_scoped_row_with_its_project(
         assert found.project.slug == project.slug  # joined in: no second query
 
     assert isinstance(found, Session)
-    assert _fields(found) == _fields(expected)
-    assert _fields(found.project) == _fields(expected.project)
+    assert column_values(found) == column_values(expected)
+    assert column_values(found.project) == column_values(expected.project)
 
 
 def test_session_with_project_keeps_the_principal_scope(project: Any) -> None:
