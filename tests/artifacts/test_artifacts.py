@@ -80,23 +80,25 @@ def test_empty_artifact_round_trips(storage):
 
 
 def test_the_same_content_is_stored_once(storage):
+    tenant = uuid.uuid4()  # the bucket outlives the test: a directory of this test's own
     data = b"the same bytes, written twice"
-    first = artifact_put(tenant_id=TENANT_A, data=data)
-    second = artifact_put(tenant_id=TENANT_A, data=data, media_type="text/plain")
+    first = artifact_put(tenant_id=tenant, data=data)
+    second = artifact_put(tenant_id=tenant, data=data, media_type="text/plain")
     assert (first.digest, first.key, first.size) == (second.digest, second.key, second.size)
     assert second.media_type == "text/plain"  # a property of the reference, not of the bytes
-    assert stored_names(storage, TENANT_A, first.digest) == [first.digest]
+    assert stored_names(storage, tenant, first.digest) == [first.digest]
 
 
 def test_a_streamed_large_artifact_round_trips(storage):
     data = os.urandom(9 * 1024 * 1024 + 17)  # past the S3 multipart threshold (8 MiB)
-    ref = artifact_put_stream(tenant_id=TENANT_A, stream=io.BytesIO(data))
+    tenant = uuid.uuid4()  # other tests' objects share the bucket's two-hex directories
+    ref = artifact_put_stream(tenant_id=tenant, stream=io.BytesIO(data))
     assert (ref.digest, ref.size) == (sha(data), len(data))
-    with artifact_open(tenant_id=TENANT_A, digest=ref.digest) as handle:
+    with artifact_open(tenant_id=tenant, digest=ref.digest) as handle:
         assert hashlib.sha256(handle.read()).hexdigest() == ref.digest
-    again = artifact_put(tenant_id=TENANT_A, data=data)
+    again = artifact_put(tenant_id=tenant, data=data)
     assert again.key == ref.key
-    assert stored_names(storage, TENANT_A, ref.digest) == [ref.digest]
+    assert stored_names(storage, tenant, ref.digest) == [ref.digest]
 
 
 def test_a_corrupted_object_is_detected_on_read(storage, request):
