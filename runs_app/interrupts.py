@@ -284,7 +284,13 @@ def interrupt_resolve(
             details={"response": [f"required for {decision}"]},
         )
     with transaction.atomic():
-        run, locked = _lock(interrupt)
+        # The run is locked; the interrupt is not read again. Its request, digest and schema
+        # never change after it is created, and its status changes only under its run's lock
+        # (ledger_transition), so the read the caller made is stale at most in its status: the
+        # compare-and-set below then finds it decided, and so does the check of a run that no
+        # longer waits.
+        run = _RUN_LOCKED.get(run_id=interrupt.run_id)
+        locked = interrupt
         if locked.status != "pending":
             raise _already_decided(locked)
         if request_digest is not None and request_digest != locked.request_digest:
@@ -296,6 +302,9 @@ def interrupt_resolve(
         if decision in _APPROVING and response is not None:
             check_response(locked.schema, response)
         if run.status != "waiting":
+            current = _INTERRUPT_LOCKED.get(interrupt_id=locked.id)
+            if current.status != "pending":  # decided since the caller read it
+                raise _already_decided(current)
             raise Conflict(
                 f"the run is {run.status}, no longer waiting for this interrupt",
                 code="illegal_transition",
@@ -330,9 +339,8 @@ def interrupt_resolve(
                 },
             ),
         )
-        if not moved:  # unreachable under the locks above; a miss must never pass silently
-            locked.refresh_from_db()
-            raise _already_decided(locked)
+        if not moved:  # decided between the caller's read and the run's lock
+            raise _already_decided(_INTERRUPT_LOCKED.get(interrupt_id=locked.id))
         # The row as the UPDATE left it, without reading it back: it is locked, and only these
         # columns changed (the response as its JSON column returns it).
         locked.status = "resolved"

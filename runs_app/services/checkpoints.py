@@ -22,7 +22,7 @@ from openrath_project.errors import Conflict
 from openrath_project.jsontext import canonical, digest
 from runs_app.models import Checkpoint, Run, RunEvent
 from runs_app.services import composed
-from runs_app.services.eventlog import add_event, publish_event
+from runs_app.services.eventlog import add_event, publish_event, save_with_event
 from runs_app.services.leases import Claim, StaleLease, session_length
 from runs_app.services.runs import branch_finished
 from runs_app.state_delta import apply, diff
@@ -391,9 +391,10 @@ def run_repoint_session(*, claim: Claim, session: Session, abandoned: Session | 
         previous = run.session_id
         run.session = session
         run.session_len = session.length
-        add_event(
+        save_with_event(
             run,
             "session.switched",
+            fields=["session", "session_len"],
             data={
                 "from": str(previous) if previous else None,
                 "to": str(session.id),
@@ -401,4 +402,3 @@ def run_repoint_session(*, claim: Claim, session: Session, abandoned: Session | 
                 "abandoned": str(abandoned.id) if abandoned else None,
             },
         )
-        run.save(update_fields=["session", "session_len", "event_seq", "updated_at"])

@@ -45,7 +45,7 @@ from openrath_project.errors import Conflict, ValidationFailed
 from openrath_project.tenancy.models import Project, Tenant
 from runs_app.models import Run, RunEvent
 from runs_app.services import composed
-from runs_app.services.eventlog import add_event, publish_event
+from runs_app.services.eventlog import publish_event, save_with_event
 from runs_app.transitions import check_transition
 from sessions_app import append_sql as session_sql
 from sessions_app import services as session_services
@@ -590,22 +590,18 @@ def _orm_claim(request: _ClaimRequest) -> Claim | None:
         )
         run.started_at = run.started_at or now
         run.wake_at = None
-        add_event(
+        save_with_event(
             run,
             "run.claimed",
-            data={"worker": request.worker, "token": run.fencing_token, "attempt": run.attempt},
-        )
-        run.save(
-            update_fields=[
+            fields=[
                 "status",
                 "fencing_token",
                 "lease_owner",
                 "lease_expires_at",
                 "started_at",
                 "wake_at",
-                "event_seq",
-                "updated_at",
-            ]
+            ],
+            data={"worker": request.worker, "token": run.fencing_token, "attempt": run.attempt},
         )
         # The last service, written as ``_CLAIM_SQL`` writes it: under a limit, or when
         # others competed for the claim.

@@ -33,7 +33,7 @@ from runs_app.models import INPUT_POLICIES, Run, RunEvent, WorkflowPlan
 from runs_app.plan import Plan, check_input
 from runs_app.registry import RegisteredWorkflow
 from runs_app.services import composed, start_sql
-from runs_app.services.eventlog import add_event, publish_event
+from runs_app.services.eventlog import publish_event, save_with_event
 from runs_app.services.leases import Claim, StaleLease
 from runs_app.state_delta import check_json_state
 from runs_app.transitions import (
@@ -745,16 +745,16 @@ def _apply_admission(run: Run, admission: _Admission) -> None:
     policy does to the active runs (all row-locked by :func:`_admit`)."""
     by = {"by_run": str(run.id), "by": run.created_by}
     if admission.after is not None:
-        add_event(
+        save_with_event(
             run,
             "run.enqueued",
+            fields=[],
             data={
                 "after_run": str(admission.after.id),
                 "policy": admission.policy,
                 "position": len(admission.active),
             },
         )
-        run.save(update_fields=["event_seq", "updated_at"])
     if admission.policy == "enqueue":
         return
     held = [r for r in admission.active if _is_held(r)]
@@ -776,15 +776,15 @@ def _apply_admission(run: Run, admission: _Admission) -> None:
                 data={"reason": f"rolled back by run {run.id}", **by},
                 superseded_by=run,
             )
-        add_event(
+        save_with_event(
             run,
             "run.rollback",
+            fields=[],
             data={
                 "rolled_back": [str(r.id) for r in admission.active],
                 "from": {"session": str(origin.id), "length": run.origin_len},
             },
         )
-        run.save(update_fields=["event_seq", "updated_at"])
         return
     for active in live:  # interrupt
         _request_stop(active, by_run=run)
@@ -795,8 +795,12 @@ def _request_stop(run: Run, *, by_run: Run) -> None:
     locked = Run.objects.select_for_update().get(pk=run.pk)
     locked.stop_requested_at = timezone.now()
     locked.superseded_by = by_run
-    add_event(locked, "run.interrupt_requested", data={"by_run": str(by_run.id)})
-    locked.save(update_fields=["stop_requested_at", "superseded_by", "event_seq", "updated_at"])
+    save_with_event(
+        locked,
+        "run.interrupt_requested",
+        fields=["stop_requested_at", "superseded_by"],
+        data={"by_run": str(by_run.id)},
+    )
     if locked.status != "running":
         _interrupt_now(locked)
 
@@ -885,26 +889,16 @@ def _release_followers(run: Run) -> int:
         follower.origin_session = base
         follower.origin_len = working.length if at is None else at
         follower.wake_at = None
-        add_event(
+        save_with_event(
             follower,
             "run.released",
+            fields=["session", "session_len", "origin_session", "origin_len", "wake_at"],
             data={
                 "after_run": str(run.id),
                 "after_status": run.status,
                 "session": str(working.id),
                 "from": {"session": str(base.id), "length": follower.origin_len},
             },
-        )
-        follower.save(
-            update_fields=[
-                "session",
-                "session_len",
-                "origin_session",
-                "origin_len",
-                "wake_at",
-                "event_seq",
-                "updated_at",
-            ]
         )
         dispatch.on_commit(follower.id)
     return len(followers)
@@ -1087,8 +1081,7 @@ def run_transition(
             run.finished_at = now
             run.wake_at = None
             written += ["finished_at", "wake_at"]
-        add_event(run, event, step=step, data=data)
-        run.save(update_fields=list(dict.fromkeys([*written, "event_seq", "updated_at"])))
+        save_with_event(run, event, fields=written, step=step, data=data)
         if to in TERMINAL:
             _release_followers(run)  # the runs waiting for it: same transaction
     if to in TERMINAL | {"waiting", "needs_review"}:

@@ -288,10 +288,10 @@ def test_the_effect_fence_refuses_a_worker_whose_lease_moved(registry, project):
             changes=late,
         )
     # the fence is the run's row lock; the effect is not even read
-    assert _selects(fencing.captured_queries) == [
-        ("runs_app_run", connection.features.has_select_for_update)
+    assert _touches(fencing.captured_queries) == [
+        ("runs_app_run", "lock" if connection.features.has_select_for_update else "read")
     ]
-    assert not [q for q in fencing.captured_queries if q["sql"].startswith("UPDATE")]
+    assert not [q for q in fencing.captured_queries if q["sql"].startswith(("UPDATE", "INSERT"))]
     assert _snapshot(effect) == before
     # the current holder may
     assert services.ledger_transition(
@@ -335,6 +335,27 @@ def test_two_resolutions_of_one_interrupt_one_wins(registry, project):
     assert (winner.status, winner.decision) == ("resolved", "approve")
     assert _events(run).count("interrupt.resolved") == 1
     assert Run.objects.get(id=run.id).status == "queued"
+
+
+def test_a_stale_read_of_an_interrupt_decided_while_its_run_waits_again_is_refused(
+    registry, project
+):
+    # The resolve trusts the caller's read except for its status, which the compare-and-set
+    # checks: here the run waits again (as it would on its next interrupt) after another
+    # decision, so the run's status alone would let the stale read through.
+    run, interrupt = _waiting(registry, project)
+    stale = Interrupt.objects.get(id=interrupt.id)
+    interrupt_resolve(interrupt=interrupt, decision="approve", response={"note": "a"})
+    Run.objects.filter(id=run.id).update(status="waiting")
+    events, before = _events(run), _snapshot(interrupt)
+    with pytest.raises(Conflict) as refused:
+        interrupt_resolve(interrupt=stale, decision="reject", actor="user:b")
+    assert (refused.value.code, refused.value.details) == (
+        "already_resolved",
+        {"status": "resolved", "decision": "approve"},
+    )
+    assert (_events(run), _snapshot(interrupt)) == (events, before)
+    assert Run.objects.get(id=run.id).status == "waiting"
 
 
 def test_two_resolutions_of_one_effect_one_wins(registry, project):
@@ -386,19 +407,22 @@ def test_the_compare_and_set_moves_a_row_once(registry, project):
 # --- the lock order: the run first, then its interrupt or effect ------------------------------
 
 
-def _selects(queries):
-    tables = []
+def _touches(queries):
+    """(table, how) for each statement on a run, interrupt or effect row, in order: ``lock``
+    (SELECT ... FOR UPDATE), ``read`` (a plain SELECT) or ``write`` (an UPDATE, which locks)."""
+    tables = {"runs_app_run", "runs_app_interrupt", "effects_app_effectrecord"}
+    touched = []
     for query in queries:
         sql = query["sql"]
-        if sql.startswith("SELECT"):
-            table = re.search(r'FROM "(\w+)"', sql)
-            if table and table.group(1) in {
-                "runs_app_run",
-                "runs_app_interrupt",
-                "effects_app_effectrecord",
-            }:
-                tables.append((table.group(1), "FOR UPDATE" in sql))
-    return tables
+        found = re.match(r'UPDATE "(\w+)"', sql) or (
+            re.search(r'FROM "(\w+)"', sql) if sql.startswith("SELECT") else None
+        )
+        if found and found.group(1) in tables:
+            how = "write" if sql.startswith("UPDATE") else "read"
+            if how == "read" and "FOR UPDATE" in sql:
+                how = "lock"
+            touched.append((found.group(1), how))
+    return touched
 
 
 def test_resolutions_lock_the_run_before_the_interrupt_or_effect(registry, project):
@@ -413,8 +437,11 @@ def test_resolutions_lock_the_run_before_the_interrupt_or_effect(registry, proje
         (resolving, "runs_app_interrupt"),
         (reviewing, "effects_app_effectrecord"),
     ):
-        selects = _selects(captured.captured_queries)
-        assert selects[:2] == [("runs_app_run", locks), (child, locks)]
+        touched = _touches(captured.captured_queries)
+        # the run's row is the first one locked; the child's is next, by a lock or its UPDATE
+        assert touched[0] == ("runs_app_run", "lock" if locks else "read")
+        first_child = next(how for table, how in touched if table == child)
+        assert first_child in ({"lock", "write"} if locks else {"read", "write"})
 
 
 # --- budget grants are fenced by the lease that asked ------------------------------------------
@@ -494,9 +521,10 @@ def test_a_session_grant_sets_one_key_and_keeps_what_changed_meanwhile(registry,
 
 
 def _update_columns(queries):
-    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "runs_app_run"')]
+    # the run's UPDATE, alone or (PostgreSQL) after its event's INSERT in one statement
+    updates = [q["sql"] for q in queries if 'UPDATE "runs_app_run" SET ' in q["sql"]]
     assert len(updates) == 1, updates
-    set_clause = updates[0].split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    set_clause = updates[0].split('UPDATE "runs_app_run" SET ', 1)[1].split(" WHERE ", 1)[0]
     return set(re.findall(r'"(\w+)" = ', set_clause))
 
 

@@ -17,7 +17,7 @@ import pytest
 from django.db.models import Q
 
 from runs_app import services
-from runs_app.models import Checkpoint, Run, RunEvent
+from runs_app.models import Checkpoint, Interrupt, Run, RunEvent
 from runs_app.services import composed as composed_path
 from sessions_app.models import Chunk, LineageEdge, Session
 from tests.runs_app.conftest import drive
@@ -79,7 +79,7 @@ CHUNK_FIELDS = ("seq", "role", "kind", "content", "agent", "workflow", "step", "
 
 
 class Names:
-    """Stable names for the ids a run creates (its runs and sessions, in order of appearance)."""
+    """Stable names for the ids a run creates (its runs, sessions and interrupts, in order)."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
@@ -123,6 +123,8 @@ def _snapshot(root: Run) -> dict[str, Any]:
         session_ids += [parent_id, child_id]
     for session_id in session_ids:
         names(session_id)
+    for interrupt_id in Interrupt.objects.filter(run__in=runs).order_by("id").values_list("id"):
+        names(interrupt_id[0])
     snapshot: dict[str, Any] = {"runs": [], "sessions": []}
     for run in runs:
         row = {field: names.scrub(getattr(run, field)) for field in RUN_FIELDS}
@@ -186,6 +188,93 @@ def test_both_paths_write_the_same_rows(registry, project, monkeypatch, name, st
     assert composed["runs"][0]["status"] == "succeeded", composed["runs"][0]
     assert composed["runs"][0]["checkpoints"], "the workflow committed no step"
     assert composed == portable
+
+
+def _decided_and_cancelled(registry, project) -> dict[str, Any]:
+    """Run transitions outside a step commit: a run waits, is decided and finishes; another is
+    cancelled while queued."""
+    from runs_app.interrupts import interrupt_resolve
+
+    run, _ = services.run_create(
+        project=project,
+        workflow=registry.get("approval"),
+        state={"report": "Q3"},
+        idempotency_key=f"approval-{uuid.uuid4()}",
+    )
+    assert drive(registry, run.id).status == "waiting"
+    interrupt_resolve(  # rejected: no effect (whose key is the run's own) is published
+        interrupt=Interrupt.objects.get(run_id=run.id),
+        decision="reject",
+        reason="not yet",
+        actor="user:a",
+    )
+    done = drive(registry, run.id, until=("succeeded", "failed", "needs_review"))
+    other, _ = services.run_create(
+        project=project,
+        workflow=registry.get("linear"),
+        state={},
+        idempotency_key=f"cancel-{uuid.uuid4()}",
+    )
+    cancelled = services.run_cancel(run=other)
+    return {"decided": _snapshot(done), "cancelled": _snapshot(cancelled)}
+
+
+def test_run_transitions_write_the_same_rows_on_both_paths(registry, project, monkeypatch):
+    """A transition's event and the run's row are one statement on PostgreSQL and two on the
+    portable path (``save_with_event``): the same rows either way."""
+    require_postgres()
+    composed = _decided_and_cancelled(registry, project)
+    monkeypatch.setattr(composed_path, "composed_sql", lambda: False)
+    portable = _decided_and_cancelled(registry, project)
+    assert composed["decided"]["runs"][0]["status"] == "succeeded"
+    assert composed["cancelled"]["runs"][0]["status"] == "cancelled"
+    assert composed == portable, _differences(composed, portable)
+
+
+def _differences(a: Any, b: Any, where: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _differences(a.get(k), b.get(k), f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{where}[{i}]")
+        ]
+    return [] if a == b else [f"{where}: {a!r} != {b!r}"]
+
+
+def test_a_transition_is_one_statement_after_its_lock(registry, project):
+    require_postgres()
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from runs_app.services.eventlog import save_with_event
+
+    run, _ = services.run_create(project=project, workflow=registry.get("linear"), state={})
+    with CaptureQueriesContext(connection) as cancelling:
+        services.run_cancel(run=run)
+    writes = [
+        q["sql"]
+        for q in cancelling.captured_queries
+        if q["sql"].startswith(("UPDATE", "INSERT", "WITH"))
+        and ('"runs_app_run"' in q["sql"] or '"runs_app_runevent"' in q["sql"])
+    ]
+    assert len(writes) == 1, writes
+    assert writes[0].startswith('WITH new_event AS (INSERT INTO "runs_app_runevent"')
+    assert 'UPDATE "runs_app_run" SET' in writes[0]
+    assert _events_of(run) == ["run.created", "run.cancelled"]
+    # Outside a transaction it refuses before writing anything (a miss could not be undone)
+    with pytest.raises(transaction.TransactionManagementError):
+        save_with_event(Run.objects.get(id=run.id), "run.noted", fields=[])
+    assert _events_of(run) == ["run.created", "run.cancelled"]
+    assert Run.objects.get(id=run.id).event_seq == 2
+
+
+def _events_of(run) -> list[str]:
+    return list(
+        RunEvent.objects.filter(run_id=run.id).order_by("seq").values_list("type", flat=True)
+    )
 
 
 def test_the_database_vendor_alone_picks_the_path(registry, project):
