@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.db.models import sql
@@ -68,15 +68,20 @@ def save_with_event(
     columns = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
     insert.insert_values(columns, [event])
     ((insert_sql, insert_params),) = insert.get_compiler(connection=connection).as_sql()
-    update = cast(sql.UpdateQuery, Run._base_manager.filter(pk=run.pk).query.chain(sql.UpdateQuery))
     written = [f for f in Run._meta.concrete_fields if {f.name, f.attname} & set(update_fields)]
     if len(written) != len(update_fields):
         raise ValueError(f"not all of {update_fields} are the run's concrete fields")
+    update = sql.UpdateQuery(Run)  # no filter: the primary key's WHERE is added below, as the
+    # ORM's would read, without building a lookup for it on every call
     update.add_update_fields([(field, None, field.pre_save(run, False)) for field in written])
     update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    pk, quote = Run._meta.pk, connection.ops.quote_name
+    assert pk is not None
+    where = f"WHERE {quote(Run._meta.db_table)}.{quote(str(pk.column))} = %s"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH new_event AS ({insert_sql}) {update_sql}", (*insert_params, *update_params)
+            f"WITH new_event AS ({insert_sql}) {update_sql} {where}",
+            (*insert_params, *update_params, pk.get_db_prep_value(run.pk, connection)),
         )
         if cursor.rowcount != 1:
             raise DatabaseError("Save with update_fields did not affect any rows.")
