@@ -264,14 +264,20 @@ def interrupt_resolve(
     reason: str = "",
     request_digest: str | None = None,
     actor: str = "",
+    locked_run: Run | None = None,
 ) -> Interrupt:
     """Resolve a pending interrupt once and requeue its run (``pending -> resolved`` and the
     run's ``waiting -> queued`` in one transaction).
 
     409 ``already_resolved`` when someone decided first (or it expired), ``digest_mismatch``
     when the request is not the one the caller saw, ``illegal_transition`` when the run no
-    longer waits. Locks the run, then the interrupt.
+    longer waits. Locks the run, then the interrupt. ``locked_run``: the interrupt's run, read
+    and locked FOR UPDATE by the caller in the transaction it has open (the API's resolve:
+    ``selectors.interrupt_get(lock_run=True)``); it is not read again and no savepoint is
+    taken, so an error rolls back the caller's transaction.
     """
+    if locked_run is not None and locked_run.id != interrupt.run_id:
+        raise ValueError("locked_run is not the interrupt's run")
     if decision not in DECISIONS:
         raise ValidationFailed(
             f"decision must be one of {', '.join(DECISIONS)}",
@@ -283,13 +289,13 @@ def interrupt_resolve(
             + (" (the edited request)" if decision == "edit" else ""),
             details={"response": [f"required for {decision}"]},
         )
-    with transaction.atomic():
+    with transaction.atomic(savepoint=locked_run is None):
         # The run is locked; the interrupt is not read again. Its request, digest and schema
         # never change after it is created, and its status changes only under its run's lock
         # (ledger_transition), so the read the caller made is stale at most in its status: the
         # compare-and-set below then finds it decided, and so does the check of a run that no
         # longer waits.
-        run = _RUN_LOCKED.get(run_id=interrupt.run_id)
+        run = locked_run if locked_run is not None else _RUN_LOCKED.get(run_id=interrupt.run_id)
         locked = interrupt
         if locked.status != "pending":
             raise _already_decided(locked)

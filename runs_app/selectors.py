@@ -104,9 +104,31 @@ _INTERRUPT_BY_ID: PreparedQuery[Interrupt] = PreparedQuery(
 )
 
 
-def interrupt_get(*, principal: Principal, interrupt_id: object) -> Interrupt:
+#: A resolve's lookup: the interrupt and its project, and its run locked FOR UPDATE (the lock
+#: order's first row), in one statement. The interrupt's row is not locked: its columns are as
+#: the statement's snapshot saw them, stale at most in their status (``interrupt_resolve``).
+_INTERRUPT_LOCKING_RUN: PreparedQuery[Interrupt] = PreparedQuery(
+    Interrupt,
+    lambda principal, interrupt_id: (
+        interrupt_list(principal=principal)
+        .select_related("project", "run")
+        .select_for_update(of=("run",))
+        .filter(id=interrupt_id)
+    ),
+    principal=Principal,
+    interrupt_id=uuid.UUID,
+)
+
+
+def interrupt_get(
+    *, principal: Principal, interrupt_id: object, lock_run: bool = False
+) -> Interrupt:
+    """The interrupt (with its project), or a 404. ``lock_run``: its run too, read and locked
+    FOR UPDATE in the same statement (``interrupt.run``), for a resolve in the caller's
+    transaction."""
     as_uuid = parse_uuid(interrupt_id)
-    found = _INTERRUPT_BY_ID.first(principal=principal, interrupt_id=as_uuid) if as_uuid else None
+    query = _INTERRUPT_LOCKING_RUN if lock_run else _INTERRUPT_BY_ID
+    found = query.first(principal=principal, interrupt_id=as_uuid) if as_uuid else None
     if found is None:
         raise NotFound("interrupt not found", details={"interrupt": str(interrupt_id)})
     return found

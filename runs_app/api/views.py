@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 import django_filters
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -383,18 +384,25 @@ class InterruptViewSet(ScopedAPIView, mixins.ListModelMixin, viewsets.GenericVie
     )
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str) -> Response:
-        found = self._interrupt(pk)
-        data = InterruptResolveIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        resolved = interrupt_resolve(
-            interrupt=found,
-            decision=values["decision"],
-            response=values.get("response"),
-            reason=values["reason"],
-            request_digest=values["request_digest"],
-            actor=self.principal.actor,
-        )
+        # One transaction from the lookup, which locks the run (the interrupt, its project and
+        # its run in one statement), to the decision's commit.
+        with transaction.atomic():
+            found = selectors.interrupt_get(
+                principal=self.principal, interrupt_id=pk, lock_run=True
+            )
+            self.audit(object_id=found.id, project=found.project)
+            data = InterruptResolveIn(data=request.data)
+            data.is_valid(raise_exception=True)
+            values = data.validated_data
+            resolved = interrupt_resolve(
+                interrupt=found,
+                decision=values["decision"],
+                response=values.get("response"),
+                reason=values["reason"],
+                request_digest=values["request_digest"],
+                actor=self.principal.actor,
+                locked_run=found.run,
+            )
         self.audit(
             details={
                 "decision": values["decision"],

@@ -27,7 +27,7 @@ from runs_app.models import INTERRUPT_STATES, Interrupt, Run, RunEvent
 from runs_app.transitions import EFFECT, INTERRUPT, RUN, Changes
 from sessions_app.models import Session
 from tests.runs_app.conftest import drive
-from tests.support import require_postgres
+from tests.support import error_of, require_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,6 +333,38 @@ def test_two_resolutions_of_one_interrupt_one_wins(registry, project):
         "user:a",
     )
     assert (winner.status, winner.decision) == ("resolved", "approve")
+    assert _events(run).count("interrupt.resolved") == 1
+    assert Run.objects.get(id=run.id).status == "queued"
+
+
+def test_two_resolutions_over_the_api_one_wins(registry, project, make_token, client_for):
+    # The API's resolve reads the interrupt and locks its run in one statement, in the
+    # transaction of the decision: the second request waits for the first's commit and then
+    # sees it decided.
+    require_postgres()
+    run, interrupt = _waiting(registry, project)
+    client = client_for(make_token(["interrupts:read", "interrupts:resolve"]))
+    url = f"/api/v1/interrupts/{interrupt.id}/resolve/"
+
+    def post(decision, **body):
+        answer = client.post(
+            url,
+            {"decision": decision, "request_digest": interrupt.request_digest, **body},
+            format="json",
+        )
+        if answer.status_code != 200:
+            error = error_of(answer)
+            raise Conflict(error["message"], code=error["code"], details=error["details"])
+        return answer.json()
+
+    winner, loser = _race_after_commit(
+        lambda: post("approve", response={"note": "a"}), lambda: post("reject")
+    )
+    assert winner["status"] == "resolved"
+    assert (loser.code, loser.details) == (
+        "already_resolved",
+        {"status": "resolved", "decision": "approve"},
+    )
     assert _events(run).count("interrupt.resolved") == 1
     assert Run.objects.get(id=run.id).status == "queued"
 

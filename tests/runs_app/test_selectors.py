@@ -1,4 +1,4 @@
-"""Run selectors: the run endpoints' one-query lookup (compiled once)."""
+"""Run selectors: the run endpoints' one-query lookup and the resolve's (compiled once)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from openrath_project.errors import NotFound
 from runs_app.api.serializers import RunOut
 from runs_app.models import Run, RunFork
-from runs_app.selectors import run_for_view, run_list
+from runs_app.selectors import interrupt_get, run_for_view, run_list
 from tests.factories import ProjectFactory, TenantFactory
-from tests.factories.runs import RunFactory
+from tests.factories.runs import InterruptFactory, RunFactory
 from tests.factories.tenancy import principal_for
 from tests.support import column_values
 
@@ -62,3 +62,29 @@ def test_run_for_view_is_404_outside_the_principal_scope(project: Any) -> None:
     with pytest.raises(NotFound):
         run_for_view(principal=principal_for(project.tenant), run_id="not-a-uuid")
     assert isinstance(run_for_view(principal=principal_for(project.tenant), run_id=run.id), Run)
+
+
+def test_a_resolve_reads_the_interrupt_its_project_and_locks_its_run_in_one_query(
+    project: Any,
+) -> None:
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    interrupt = InterruptFactory(run=RunFactory(project=project, status="waiting"))
+    principal = principal_for(project.tenant)
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        found = interrupt_get(principal=principal, interrupt_id=str(interrupt.id), lock_run=True)
+        assert (found.project.slug, found.run.status) == (project.slug, "waiting")
+    (query,) = captured.captured_queries
+    if connection.features.has_select_for_update_of:
+        assert query["sql"].endswith('FOR UPDATE OF "runs_app_run"')  # the run's row alone
+    assert column_values(found) == column_values(
+        interrupt_get(principal=principal, interrupt_id=interrupt.id)
+    )
+    assert column_values(found.run) == column_values(Run.objects.get(id=interrupt.run_id))
+    for outside in (
+        principal_for(TenantFactory()),
+        principal_for(project.tenant, projects=[ProjectFactory(tenant=project.tenant)]),
+    ):
+        with transaction.atomic(), pytest.raises(NotFound):
+            interrupt_get(principal=outside, interrupt_id=interrupt.id, lock_run=True)
